@@ -1,0 +1,56 @@
+"""Request handlers, one module per API family.
+
+A handler is ``async def handle_x(ctx: RequestContext, request) -> response`` registered with
+``@handles(API_KEY, min_version, max_version)``. Handlers are thin: validate, call the owner
+(partition registry, group coordinator, ...), build the response with
+``oncelog.protocol.build.make``. KafkaError raised by owners becomes an error code in the
+response at the handler; anything else is logged by the server and closes the connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol import versions
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+
+@dataclass(slots=True)
+class RequestContext:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    broker: Broker
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+HANDLERS: dict[int, Handler] = {}
+
+
+def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    """Register a handler and the version range it serves."""
+
+    def register(fn: Handler) -> Handler:
+        if api_key in HANDLERS:
+            raise RuntimeError(f"two handlers for API key {api_key}")
+        HANDLERS[api_key] = fn
+        versions.SUPPORTED[api_key] = (min_version, max_version)
+        return fn
+
+    return register
+
+
+def load_all() -> None:
+    """Import every API module so that each registers its handlers."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")

@@ -1,0 +1,42 @@
+"""The API versions this broker serves: (min, max) per API key.
+
+Ranges are chosen so that librdkafka (confluent-kafka), kafka-python 3.x and aiokafka 0.14
+all negotiate; each is bounded by what kio has schemas for and what oncelog implements.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PRODUCE: Final = 0
+FETCH: Final = 1
+LIST_OFFSETS: Final = 2
+METADATA: Final = 3
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
+FIND_COORDINATOR: Final = 10
+JOIN_GROUP: Final = 11
+HEARTBEAT: Final = 12
+LEAVE_GROUP: Final = 13
+SYNC_GROUP: Final = 14
+DESCRIBE_GROUPS: Final = 15
+LIST_GROUPS: Final = 16
+API_VERSIONS: Final = 18
+CREATE_TOPICS: Final = 19
+DELETE_TOPICS: Final = 20
+DELETE_RECORDS: Final = 21
+INIT_PRODUCER_ID: Final = 22
+ADD_PARTITIONS_TO_TXN: Final = 24
+ADD_OFFSETS_TO_TXN: Final = 25
+END_TXN: Final = 26
+WRITE_TXN_MARKERS: Final = 27
+TXN_OFFSET_COMMIT: Final = 28
+DESCRIBE_CONFIGS: Final = 32
+CREATE_PARTITIONS: Final = 37
+DELETE_GROUPS: Final = 42
+DESCRIBE_PRODUCERS: Final = 61
+DESCRIBE_TRANSACTIONS: Final = 65
+LIST_TRANSACTIONS: Final = 66
+
+# Filled in by the API modules as they register handlers (see oncelog.broker.api).
+SUPPORTED: dict[int, tuple[int, int]] = {}
