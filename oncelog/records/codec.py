@@ -1,0 +1,382 @@
+"""Full RecordBatch v2 codec: records in, bytes out, and back.
+
+Not for the broker's produce/fetch hot path (that works on headers, see ``validate``). Used
+by tests, the Python client, timestamp lookups and the coordinators' internal topics.
+
+A record inside a (decompressed) batch body, all varints zigzag-encoded::
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+    keyLength varint | key | valueLength varint | value
+    headerCount varint | [headerKeyLength varint | headerKey | headerValueLength varint | value]
+
+A length of -1 means null. Decoding errors are ``KafkaError(CORRUPT_MESSAGE)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.records.batch import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    NO_TIMESTAMP,
+    BatchHeader,
+    pack_header,
+    parse_header,
+)
+from oncelog.records.compression import compress, decompress
+from oncelog.records.validate import MIN_BATCH_LENGTH, batch_crc
+
+__all__ = [
+    "Record",
+    "RecordInput",
+    "decode_batch",
+    "decode_uvarint",
+    "decode_uvarlong",
+    "decode_varint",
+    "decode_varlong",
+    "encode_batch",
+    "encode_uvarint",
+    "encode_uvarlong",
+    "encode_varint",
+    "encode_varlong",
+    "iter_records",
+    "varlong_size",
+]
+
+Buffer = bytes | bytearray | memoryview
+Headers = tuple[tuple[str, bytes | None], ...]
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+# --------------------------------------------------------------------------- varints
+
+
+def encode_uvarlong(value: int) -> bytes:
+    """Unsigned LEB128 of a value in [0, 2**64)."""
+    if not 0 <= value < 2**64:
+        raise ValueError(f"unsigned varlong out of range: {value}")
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_uvarint(value: int) -> bytes:
+    """Unsigned varint of a value in [0, 2**32) (Kafka's ``writeUnsignedVarint``)."""
+    if not 0 <= value < 2**32:
+        raise ValueError(f"unsigned varint out of range: {value}")
+    return encode_uvarlong(value)
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag varint of an int32 (Kafka's ``writeVarint``)."""
+    if not _INT32_MIN <= value <= _INT32_MAX:
+        raise ValueError(f"varint out of int32 range: {value}")
+    return encode_uvarlong(((value << 1) ^ (value >> 31)) & 0xFFFFFFFF)
+
+
+def encode_varlong(value: int) -> bytes:
+    """Zigzag varlong of an int64 (Kafka's ``writeVarlong``)."""
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"varlong out of int64 range: {value}")
+    return encode_uvarlong(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def varlong_size(value: int) -> int:
+    """Bytes that ``encode_varlong(value)`` (or ``encode_varint``) takes."""
+    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    size = 1
+    while z > 0x7F:
+        z >>= 7
+        size += 1
+    return size
+
+
+def _read_unsigned(buf: Buffer, pos: int, max_bytes: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    end = len(buf)
+    for _ in range(max_bytes):
+        if pos >= end:
+            raise KafkaError(ErrorCode.corrupt_message, "truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+    raise KafkaError(ErrorCode.corrupt_message, f"varint longer than {max_bytes} bytes")
+
+
+def decode_uvarint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    """Read an unsigned varint (at most 5 bytes); return (value, position after it)."""
+    value, pos = _read_unsigned(buf, pos, 5)
+    if value >= 2**32:
+        raise KafkaError(ErrorCode.corrupt_message, "unsigned varint exceeds 32 bits")
+    return value, pos
+
+
+def decode_uvarlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    """Read an unsigned varlong (at most 10 bytes); return (value, position after it)."""
+    value, pos = _read_unsigned(buf, pos, 10)
+    if value >= 2**64:
+        raise KafkaError(ErrorCode.corrupt_message, "unsigned varlong exceeds 64 bits")
+    return value, pos
+
+
+def decode_varint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    """Read a zigzag int32 varint; return (value, position after it)."""
+    z, pos = decode_uvarint(buf, pos)
+    return (z >> 1) ^ -(z & 1), pos
+
+
+def decode_varlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    """Read a zigzag int64 varlong; return (value, position after it)."""
+    z, pos = decode_uvarlong(buf, pos)
+    return (z >> 1) ^ -(z & 1), pos
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded record with its absolute offset and effective timestamp."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+
+
+class RecordInput(NamedTuple):
+    """A record to encode. ``RecordInput(b"k", b"v")`` or ``RecordInput(value=b"v")``.
+
+    ``timestamp=None`` takes the batch's ``base_timestamp`` (or -1 when that is None too).
+    A decoded ``Record`` can be passed to ``encode_batch`` as well.
+    """
+
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    timestamp: int | None = None
+
+
+def _encode_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        out += b"\x01"  # zigzag(-1)
+    else:
+        out += encode_varint(len(data))
+        out += data
+
+
+def _encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+) -> bytes:
+    body = bytearray(b"\x00")  # record attributes, unused
+    body += encode_varlong(timestamp_delta)
+    body += encode_varint(offset_delta)
+    _encode_bytes(body, key)
+    _encode_bytes(body, value)
+    body += encode_varint(len(headers))
+    for h_key, h_value in headers:
+        _encode_bytes(body, h_key.encode("utf-8"))
+        _encode_bytes(body, h_value)
+    return encode_varint(len(body)) + body
+
+
+def encode_batch(
+    records: Sequence[RecordInput | Record],
+    *,
+    base_offset: int = 0,
+    compression: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    timestamp_type: int = 0,
+    partition_leader_epoch: int = -1,
+    base_timestamp: int | None = None,
+) -> bytes:
+    """Build one RecordBatch v2 holding ``records`` at offsets base_offset, base_offset+1, ...
+
+    The batch's baseTimestamp is ``base_timestamp`` or, when None, the first record's
+    timestamp; maxTimestamp is the largest record timestamp. The body is compressed with
+    ``compression`` (a ``Compression`` id) even when that does not make it smaller.
+    """
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    if not 0 <= compression <= 4:
+        raise ValueError(f"unknown compression codec {compression}")
+    fallback = NO_TIMESTAMP if base_timestamp is None else base_timestamp
+    timestamps = [fallback if r.timestamp is None else r.timestamp for r in records]
+    first_timestamp = timestamps[0] if base_timestamp is None else base_timestamp
+    max_timestamp = max(timestamps)
+
+    body = bytearray()
+    for delta, (record, ts) in enumerate(zip(records, timestamps, strict=True)):
+        body += _encode_record(
+            delta, ts - first_timestamp, record.key, record.value, record.headers
+        )
+    if compression:
+        payload = compress(compression, body)
+    else:
+        payload = bytes(body)
+
+    attributes = compression & ATTR_COMPRESSION_MASK
+    if timestamp_type:
+        attributes |= ATTR_TIMESTAMP_TYPE
+    if transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    if control:
+        attributes |= ATTR_CONTROL
+    header = BatchHeader(
+        base_offset=base_offset,
+        batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload),
+        partition_leader_epoch=partition_leader_epoch,
+        magic=2,
+        crc=0,
+        attributes=attributes,
+        last_offset_delta=len(records) - 1,
+        base_timestamp=first_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=len(records),
+    )
+    out = bytearray(pack_header(header))
+    out += payload
+    out[17:21] = batch_crc(out, 0, len(out)).to_bytes(4, "big")
+    return bytes(out)
+
+
+def _corrupt(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.corrupt_message, message)
+
+
+def _read_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = decode_varint(buf, pos)
+    if length < 0:
+        if length != -1:
+            raise _corrupt(f"invalid length {length}")
+        return None, pos
+    if pos + length > end:
+        raise _corrupt("field runs past the end of its record")
+    return buf[pos : pos + length], pos + length
+
+
+def _decode_records(body: bytes, header: BatchHeader) -> list[Record]:
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    log_append = bool(header.attributes & ATTR_TIMESTAMP_TYPE)
+    max_timestamp = header.max_timestamp
+    records: list[Record] = []
+    pos = 0
+    body_end = len(body)
+    for _ in range(header.records_count):
+        length, pos = decode_varint(body, pos)
+        end = pos + length
+        if length < 1 or end > body_end:
+            raise _corrupt(f"invalid record length {length}")
+        pos += 1  # attributes
+        ts_delta, pos = decode_varlong(body, pos)
+        offset_delta, pos = decode_varint(body, pos)
+        key, pos = _read_bytes(body, pos, end)
+        value, pos = _read_bytes(body, pos, end)
+        count, pos = decode_varint(body, pos)
+        if count < 0:
+            raise _corrupt(f"invalid header count {count}")
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(count):
+            h_key, pos = _read_bytes(body, pos, end)
+            if h_key is None:
+                raise _corrupt("null header key")
+            h_value, pos = _read_bytes(body, pos, end)
+            try:
+                headers.append((h_key.decode("utf-8"), h_value))
+            except UnicodeDecodeError as exc:
+                raise _corrupt("header key is not UTF-8") from exc
+        if pos != end:
+            raise _corrupt(f"record declares {length} bytes but holds {length + pos - end}")
+        records.append(
+            Record(
+                base_offset + offset_delta,
+                max_timestamp if log_append else base_timestamp + ts_delta,
+                key,
+                value,
+                tuple(headers),
+            )
+        )
+    if pos != body_end:
+        raise _corrupt(f"{body_end - pos} bytes left after {header.records_count} records")
+    return records
+
+
+def _check_frame(data: Buffer, pos: int) -> int:
+    """Return the size of the complete batch at ``pos`` or raise CORRUPT_MESSAGE."""
+    remaining = len(data) - pos
+    if remaining < HEADER_SIZE:
+        raise _corrupt(f"truncated batch header: {remaining} bytes")
+    magic = data[pos + MAGIC_OFFSET]
+    if magic != 2:
+        raise _corrupt(f"unsupported magic {magic}")
+    batch_length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+    if batch_length < MIN_BATCH_LENGTH:
+        raise _corrupt(f"invalid batch length {batch_length}")
+    size = batch_length + LOG_OVERHEAD
+    if size > remaining:
+        raise _corrupt(f"truncated batch: needs {size} bytes, {remaining} left")
+    return size
+
+
+def decode_batch(
+    data: Buffer, pos: int = 0, *, verify_crc: bool = True
+) -> tuple[BatchHeader, list[Record]]:
+    """Decode the batch at ``pos``: its header and records with absolute offsets/timestamps.
+
+    With LogAppendTime every record's timestamp is the batch's maxTimestamp.
+    """
+    size = _check_frame(data, pos)
+    header = parse_header(data, pos)
+    if verify_crc and batch_crc(data, pos, size) != header.crc:
+        raise _corrupt("crc mismatch")
+    body = bytes(memoryview(data)[pos + HEADER_SIZE : pos + size])
+    body = decompress(header.compression, body)
+    return header, _decode_records(body, header)
+
+
+def iter_records(
+    data: Buffer, *, verify_crc: bool = True
+) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Decode concatenated batches; a partial batch at the end (as a fetch may return) is
+    skipped, corruption anywhere else raises CORRUPT_MESSAGE."""
+    end = len(data)
+    pos = 0
+    while end - pos >= HEADER_SIZE:
+        batch_length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        if batch_length >= MIN_BATCH_LENGTH and pos + batch_length + LOG_OVERHEAD > end:
+            return  # partial trailing batch
+        header, records = decode_batch(data, pos, verify_crc=verify_crc)
+        yield header, records
+        pos += header.size
+
