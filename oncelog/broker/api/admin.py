@@ -1,0 +1,211 @@
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from oncelog.broker.api import RequestContext, handles
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol import versions
+from oncelog.protocol.build import make, response_module
+
+ZERO_UUID = uuid.UUID(int=0)
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+@handles(versions.CREATE_TOPICS, 2, 7)
+async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.CREATE_TOPICS, ctx.api_version)
+    registry = ctx.broker.partitions
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        code, message = ErrorCode.none, None
+        topic_id, partitions, configs_out = ZERO_UUID, -1, ()
+        try:
+            if topic.name in seen:
+                raise KafkaError(ErrorCode.invalid_request, "topic listed twice in one request")
+            seen.add(topic.name)
+            if topic.assignments:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment, "manual assignment is not supported"
+                )
+            configs = {}
+            for c in topic.configs:
+                if c.value is None:
+                    raise KafkaError(ErrorCode.invalid_config, f"null value for {c.name}")
+                configs[c.name] = c.value
+            info = registry.create_topic(
+                topic.name,
+                int(topic.num_partitions),
+                configs,
+                replication_factor=int(topic.replication_factor),
+                validate_only=bool(request.validate_only),
+            )
+            topic_id, partitions = info.topic_id, info.partitions
+            configs_out = tuple(
+                make(
+                    mod.CreatableTopicConfigs,
+                    name=name,
+                    value=value,
+                    read_only=False,
+                    config_source=SOURCE_DYNAMIC_TOPIC if name in configs else SOURCE_DEFAULT,
+                    is_sensitive=False,
+                )
+                for name, value in _topic_config_values(ctx, configs).items()
+            )
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        results.append(
+            make(
+                mod.CreatableTopicResult,
+                name=topic.name,
+                topic_id=topic_id,
+                error_code=code,
+                error_message=message,
+                topic_config_error_code=0,
+                num_partitions=partitions,
+                replication_factor=1 if code == ErrorCode.none else -1,
+                configs=configs_out if code == ErrorCode.none else None,
+            )
+        )
+    return make(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
+
+
+def _topic_config_values(ctx: RequestContext, overrides: dict[str, str]) -> dict[str, str]:
+    values = ctx.broker.config.topic_defaults()
+    values.update(overrides)
+    return values
+
+
+@handles(versions.DELETE_TOPICS, 1, 6)
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.DELETE_TOPICS, ctx.api_version)
+    registry = ctx.broker.partitions
+    if hasattr(request, "topic_names"):
+        entries = [(name, None) for name in request.topic_names]
+    else:
+        entries = [(t.name, t.topic_id) for t in request.topics]
+    results = []
+    for name, topic_id in entries:
+        code, message = ErrorCode.none, None
+        resolved_id = ZERO_UUID
+        try:
+            if name is None and topic_id not in (None, ZERO_UUID):
+                info = registry.topic_by_id(topic_id)
+                if info is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id, str(topic_id))
+                name = info.name
+            if name is None:
+                raise KafkaError(ErrorCode.invalid_request, "no topic name or id")
+            info = registry.topics.get(name)
+            if info is not None:
+                resolved_id = info.topic_id
+            registry.delete_topic(name)
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        results.append(
+            make(
+                mod.DeletableTopicResult,
+                name=name,
+                topic_id=resolved_id,
+                error_code=code,
+                error_message=message,
+            )
+        )
+    return make(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(results))
+
+
+@handles(versions.CREATE_PARTITIONS, 0, 3)
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.CREATE_PARTITIONS, ctx.api_version)
+    registry = ctx.broker.partitions
+    results = []
+    for topic in request.topics:
+        code, message = ErrorCode.none, None
+        try:
+            if topic.assignments:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment, "manual assignment is not supported"
+                )
+            registry.create_partitions(
+                topic.name, int(topic.count), validate_only=bool(request.validate_only)
+            )
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        results.append(
+            make(
+                mod.CreatePartitionsTopicResult,
+                name=topic.name,
+                error_code=code,
+                error_message=message,
+            )
+        )
+    return make(mod.CreatePartitionsResponse, throttle_time=0, results=tuple(results))
+
+
+@handles(versions.DESCRIBE_CONFIGS, 1, 4)
+async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.DESCRIBE_CONFIGS, ctx.api_version)
+    broker = ctx.broker
+    results = []
+    for resource in request.resources:
+        code, message = ErrorCode.none, None
+        entries: list[Any] = []
+        try:
+            values: dict[str, tuple[str, int]]
+            if resource.resource_type == RESOURCE_TOPIC:
+                info = broker.partitions.topics.get(resource.resource_name)
+                if info is None:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition, resource.resource_name)
+                values = {
+                    name: (value, SOURCE_DEFAULT)
+                    for name, value in broker.config.topic_defaults().items()
+                }
+                values.update({k: (v, SOURCE_DYNAMIC_TOPIC) for k, v in info.configs.items()})
+            elif resource.resource_type == RESOURCE_BROKER:
+                if resource.resource_name not in ("", str(broker.node_id)):
+                    raise KafkaError(ErrorCode.invalid_request, "unknown broker")
+                values = {
+                    name: ("" if value is None else str(value).lower()
+                           if isinstance(value, bool) else str(value), SOURCE_STATIC_BROKER)
+                    for name, value in broker.config.items()
+                }
+            else:
+                raise KafkaError(ErrorCode.invalid_request, "unsupported resource type")
+            wanted = resource.configuration_keys
+            for name, (value, source) in sorted(values.items()):
+                if wanted is not None and name not in wanted:
+                    continue
+                entries.append(
+                    make(
+                        mod.DescribeConfigsResourceResult,
+                        name=name,
+                        value=value,
+                        read_only=resource.resource_type == RESOURCE_BROKER,
+                        config_source=source,
+                        is_default=source == SOURCE_DEFAULT,
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=0,
+                        documentation=None,
+                    )
+                )
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        results.append(
+            make(
+                mod.DescribeConfigsResult,
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(entries),
+            )
+        )
+    return make(mod.DescribeConfigsResponse, throttle_time=0, results=tuple(results))

@@ -1,0 +1,151 @@
+"""Fetch (key 1): read whole batches, long-poll until min_bytes or max_wait.
+
+Sessions (KIP-227) are not kept: every fetch is a full fetch, answered with session id 0,
+which tells clients to keep sending full fetches. The response-level max_bytes is soft for
+the first batch returned, as in Kafka, so that a consumer always makes progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.partitions import Partition
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol import versions
+from oncelog.protocol.build import make, response_module, to_ms
+
+log = logging.getLogger(__name__)
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class _PartitionRead:
+    topic: str
+    index: int
+    partition: Partition | None
+    error: ErrorCode = ErrorCode.none
+    data: bytes = b""
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+
+
+@handles(versions.FETCH, 4, 12)
+async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.FETCH, ctx.api_version)
+    session_id = int(getattr(request, "session_id", 0))
+    if session_id != 0:
+        return make(
+            mod.FetchResponse,
+            throttle_time=0,
+            error_code=ErrorCode.fetch_session_id_not_found,
+            session_id=0,
+            responses=(),
+        )
+    registry = ctx.broker.partitions
+    max_wait_ms = max(0, to_ms(request.max_wait))
+    min_bytes = max(0, int(request.min_bytes))
+    max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
+    isolation = int(getattr(request, "isolation_level", READ_UNCOMMITTED))
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000
+    while True:
+        reads, total = _read_all(registry, request, max_bytes, isolation)
+        if total >= min_bytes or any(r.error != ErrorCode.none for r in reads):
+            break
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        waiter: asyncio.Future[None] = loop.create_future()
+        partitions = [r.partition for r in reads if r.partition is not None]
+        for partition in partitions:
+            partition.add_waiter(waiter)
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await waiter
+        finally:
+            for partition in partitions:
+                partition.remove_waiter(waiter)
+            if not waiter.done():
+                waiter.cancel()
+
+    return _response(mod, reads)
+
+
+def _read_all(
+    registry: Any, request: Any, max_bytes: int, isolation: int
+) -> tuple[list[_PartitionRead], int]:
+    reads: list[_PartitionRead] = []
+    total = 0
+    for topic in request.topics:
+        for fp in topic.partitions:
+            partition = registry.find(topic.topic, fp.partition)
+            read = _PartitionRead(topic.topic, fp.partition, partition)
+            reads.append(read)
+            if partition is None:
+                read.error = ErrorCode.unknown_topic_or_partition
+                continue
+            plog = partition.log
+            read.high_watermark = partition.high_watermark
+            read.last_stable_offset = read.high_watermark
+            read.log_start_offset = plog.log_start_offset
+            budget = min(int(fp.partition_max_bytes), max_bytes - total)
+            if budget <= 0 and total > 0:
+                continue
+            upper = read.high_watermark if isolation == READ_UNCOMMITTED else read.last_stable_offset
+            try:
+                result = plog.read(
+                    int(fp.fetch_offset),
+                    max(budget, 0),
+                    max_offset=upper,
+                    min_one_batch=total == 0,
+                )
+            except KafkaError as exc:
+                read.error = exc.code
+                continue
+            read.data = result.data
+            total += len(result.data)
+    return reads, total
+
+
+def _response(mod: Any, reads: list[_PartitionRead]) -> Any:
+    topics: list[Any] = []
+    by_topic: dict[str, list[Any]] = {}
+    order: list[str] = []
+    for read in reads:
+        if read.topic not in by_topic:
+            by_topic[read.topic] = []
+            order.append(read.topic)
+        by_topic[read.topic].append(
+            make(
+                mod.PartitionData,
+                partition_index=read.index,
+                error_code=read.error,
+                high_watermark=read.high_watermark,
+                last_stable_offset=read.last_stable_offset,
+                log_start_offset=read.log_start_offset,
+                aborted_transactions=None,
+                preferred_read_replica=-1,
+                records=read.data,
+            )
+        )
+    for name in order:
+        topics.append(
+            make(mod.FetchableTopicResponse, topic=name, partitions=tuple(by_topic[name]))
+        )
+    return make(
+        mod.FetchResponse,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(topics),
+    )

@@ -1,0 +1,66 @@
+"""ListOffsets (key 2): earliest, latest (LSO under read_committed), by timestamp, max."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.partitions import Partition
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol import versions
+from oncelog.protocol.build import make, response_module
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+READ_COMMITTED = 1
+
+
+@handles(versions.LIST_OFFSETS, 1, 8)
+async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.LIST_OFFSETS, ctx.api_version)
+    registry = ctx.broker.partitions
+    isolation = int(getattr(request, "isolation_level", 0))
+    topics = []
+    for topic in request.topics:
+        parts = []
+        for p in topic.partitions:
+            code = ErrorCode.none
+            offset, timestamp = -1, -1
+            try:
+                partition = registry.get(topic.name, p.partition_index)
+                offset, timestamp = _lookup(partition, int(p.timestamp), isolation)
+            except KafkaError as exc:
+                code = exc.code
+            parts.append(
+                make(
+                    mod.ListOffsetsPartitionResponse,
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=0 if code == ErrorCode.none else -1,
+                    old_style_offsets=(),
+                )
+            )
+        topics.append(make(mod.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(parts)))
+    return make(mod.ListOffsetsResponse, throttle_time=0, topics=tuple(topics))
+
+
+def _lookup(partition: Partition, target: int, isolation: int) -> tuple[int, int]:
+    plog = partition.log
+    if target == LATEST:
+        end = partition.high_watermark
+        if isolation == READ_COMMITTED:
+            end = partition.last_stable_offset
+        return end, -1
+    if target in (EARLIEST, EARLIEST_LOCAL):
+        return plog.log_start_offset, -1
+    if target == MAX_TIMESTAMP:
+        found = plog.max_timestamp_offset()
+        return found if found is not None else (-1, -1)
+    if target < 0:
+        raise KafkaError(ErrorCode.invalid_request, f"unknown special timestamp {target}")
+    found = plog.offset_for_timestamp(target)
+    return found if found is not None else (-1, -1)

@@ -1,0 +1,186 @@
+"""The asyncio TCP server: framing, per-connection ordering, dispatch.
+
+Each connection reads one frame at a time and answers in order, as Kafka does (clients may
+pipeline; responses keep request order). Errors are translated here, at one boundary:
+an unknown API key or version, or a malformed request, is logged and the connection is
+closed (Kafka does the same); an unsupported ApiVersions version is answered in v0 format
+with UNSUPPORTED_VERSION so the client can fall back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from oncelog.broker.api import HANDLERS, RequestContext
+from oncelog.errors import KafkaError
+from oncelog.protocol import versions
+from oncelog.protocol.codec import (
+    FrameTooLarge,
+    decode_request,
+    encode_response,
+    frame_size,
+    parse_request_header,
+)
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+PRODUCE_API_KEY = 0
+
+
+class Server:
+    def __init__(self, broker: Broker, host: str, port: int) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._busy: set[asyncio.Task[None]] = set()  # connections inside a request
+        self._stopping = False
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._on_connection, self.host, self.port, reuse_address=True, limit=2**20
+        )
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish, then close every connection."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for _ in range(300):  # up to ~30 s for in-flight requests
+            if not self._busy:
+                break
+            await asyncio.sleep(0.1)
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = writer.get_extra_info("peername")
+        host = peer[0] if peer else "?"
+        if self._stopping or len(self._connections) >= int(self.broker.config["max.connections"]):
+            log.warning("refusing connection from %s: %s", peer,
+                        "stopping" if self._stopping else "max.connections reached")
+            writer.close()
+            return
+        self._connections.add(task)
+        try:
+            await self._serve(reader, writer, host, task)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("connection from %s failed", peer)
+        finally:
+            self._connections.discard(task)
+            self._busy.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        host: str,
+        task: asyncio.Task[None],
+    ) -> None:
+        max_bytes = int(self.broker.config["socket.request.max.bytes"])
+        idle_s = int(self.broker.config["connections.max.idle.ms"]) / 1000
+        while not self._stopping:
+            try:
+                async with asyncio.timeout(idle_s):
+                    prefix = await reader.readexactly(4)
+            except TimeoutError:
+                log.info("closing idle connection from %s", host)
+                return
+            try:
+                size = frame_size(prefix, max_bytes)
+            except FrameTooLarge as exc:
+                log.warning("closing connection from %s: %s (socket.request.max.bytes)", host, exc)
+                return
+            frame = await reader.readexactly(size)
+            self._busy.add(task)
+            try:
+                response = await self._handle(frame, host)
+            finally:
+                self._busy.discard(task)
+            if response is None:
+                continue
+            if response is False:
+                return
+            writer.write(response)
+            await writer.drain()
+
+    async def _handle(self, frame: bytes, host: str) -> bytes | None | bool:
+        """The response frame, None when none is due (acks=0), False to close."""
+        try:
+            head = parse_request_header(frame)
+        except KafkaError as exc:
+            log.warning("closing connection from %s: %s", host, exc)
+            return False
+        supported = versions.SUPPORTED.get(head.api_key)
+        handler = HANDLERS.get(head.api_key)
+        if supported is None or handler is None:
+            log.warning(
+                "closing connection from %s: unknown API key %d (version %d)",
+                host, head.api_key, head.api_version,
+            )
+            return False
+        low, high = supported
+        if not low <= head.api_version <= high:
+            if head.api_key == versions.API_VERSIONS:
+                from oncelog.broker.api.api_versions import unsupported_version_response
+
+                return encode_response(
+                    head.api_key, 0, head.correlation_id, unsupported_version_response()
+                )
+            log.warning(
+                "closing connection from %s: unsupported version %d of API %d (serving %d-%d)",
+                host, head.api_version, head.api_key, low, high,
+            )
+            return False
+        try:
+            header, request = decode_request(frame)
+        except KafkaError as exc:
+            log.warning(
+                "closing connection from %s: API %d v%d: %s",
+                host, head.api_key, head.api_version, exc,
+            )
+            return False
+        ctx = RequestContext(
+            api_key=header.api_key,
+            api_version=header.api_version,
+            correlation_id=header.correlation_id,
+            client_id=header.client_id,
+            client_host=host,
+            broker=self.broker,
+        )
+        try:
+            response = await handler(ctx, request)
+        except Exception:
+            log.exception(
+                "handler for API %d v%d from client %s failed; closing connection",
+                header.api_key, header.api_version, header.client_id,
+            )
+            return False
+        if response is None:
+            return None
+        return encode_response(header.api_key, header.api_version, header.correlation_id, response)

@@ -1,0 +1,83 @@
+"""The ``oncelog`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from oncelog.config import BrokerConfig
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    port_number = int(port)
+    if not 0 <= port_number <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range in {text!r}")
+    return host.strip("[]") or "0.0.0.0", port_number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oncelog", description="A Kafka-compatible log.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a single-node broker")
+    serve.add_argument("--data-dir", type=Path, default=None, help="default ./data")
+    serve.add_argument("--listen", type=_host_port, default=("127.0.0.1", 9092))
+    serve.add_argument("--advertised", type=_host_port, default=None)
+    serve.add_argument("--node-id", type=int, default=None)
+    serve.add_argument("--config-file", type=Path, default=None)
+    serve.add_argument("-c", dest="configs", action="append", default=[], metavar="KEY=VALUE")
+    serve.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def serve(args: argparse.Namespace) -> int:
+    from oncelog.broker.broker import Broker
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    pairs = list(args.configs)
+    if args.node_id is not None:
+        pairs.append(f"node.id={args.node_id}")
+    try:
+        config = BrokerConfig.from_sources(args.config_file, pairs)
+    except (OSError, ValueError) as exc:
+        print(f"oncelog: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    data_dir = args.data_dir or Path(config["log.dirs"])
+    broker = Broker(config, data_dir=data_dir, listen=args.listen, advertised=args.advertised)
+
+    def on_ready(host: str, port: int) -> None:
+        print(f"oncelog ready on {host}:{port}", flush=True)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, broker.request_stop)
+        await broker.run(on_ready)
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        print(f"oncelog: cannot serve: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
