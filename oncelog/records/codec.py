@@ -379,4 +379,3 @@ def iter_records(
         header, records = decode_batch(data, pos, verify_crc=verify_crc)
         yield header, records
         pos += header.size
-

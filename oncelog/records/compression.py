@@ -79,9 +79,7 @@ def snappy_decompress(data: Buffer) -> bytes:
 
 
 def _lz4_compress(data: Buffer) -> bytes:
-    compressor = cramjam.lz4.Compressor(
-        level=LZ4_LEVEL, content_checksum=False, block_linked=False
-    )
+    compressor = cramjam.lz4.Compressor(level=LZ4_LEVEL, content_checksum=False, block_linked=False)
     compressor.compress(data if isinstance(data, bytes) else bytes(data))
     return bytes(compressor.finish())
 

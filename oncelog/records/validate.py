@@ -192,16 +192,30 @@ def assign_offsets(
             attributes &= ~ATTR_TIMESTAMP_TYPE
         if attributes != h.attributes or max_timestamp != h.max_timestamp:
             _ATTRS_AND_MAX_TS.pack_into(
-                buf, pos + ATTRIBUTES_OFFSET, attributes, h.last_offset_delta,
-                h.base_timestamp, max_timestamp,
+                buf,
+                pos + ATTRIBUTES_OFFSET,
+                attributes,
+                h.last_offset_delta,
+                h.base_timestamp,
+                max_timestamp,
             )
             crc = batch_crc(buf, pos, size)
             _CRC.pack_into(buf, pos + CRC_OFFSET, crc)
         out.append(
             BatchHeader(
-                offset, h.batch_length, epoch, h.magic, crc, attributes, h.last_offset_delta,
-                h.base_timestamp, max_timestamp, h.producer_id, h.producer_epoch,
-                h.base_sequence, h.records_count,
+                offset,
+                h.batch_length,
+                epoch,
+                h.magic,
+                crc,
+                attributes,
+                h.last_offset_delta,
+                h.base_timestamp,
+                max_timestamp,
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.records_count,
             )
         )
         offset += h.last_offset_delta + 1
