@@ -96,7 +96,12 @@ def validate_batches(
     """
     if not data:
         raise _corrupt("no record batches")
-    view = memoryview(data)
+    # Release the view even on error, so a bytearray the caller owns can be resized later.
+    with memoryview(data) as view:
+        return _validate(view, max_batch_bytes, allow_control)
+
+
+def _validate(view: memoryview, max_batch_bytes: int, allow_control: bool) -> list[BatchHeader]:
     end = len(view)
     unpack_from = _HEADER.unpack_from
     headers: list[BatchHeader] = []

@@ -262,3 +262,13 @@ def test_assign_offsets_on_a_view_of_a_larger_buffer_layout() -> None:
     out = assign_offsets(buf, validate_batches(buf, max_batch_bytes=MAX), 0, None)
     assert [parse_header(buf, i * len(GOOD)).base_offset for i in range(4)] == [0, 2, 4, 6]
     assert [h.base_offset for h in out] == [0, 2, 4, 6]
+
+
+def test_validate_leaves_a_bytearray_resizable_even_after_an_error() -> None:
+    buf = bytearray(GOOD + GOOD[:-1])
+    with pytest.raises(KafkaError):
+        validate_batches(buf, max_batch_bytes=MAX)
+    del buf[len(GOOD) :]  # BufferError if a view were still exported
+    assert len(validate_batches(buf, max_batch_bytes=MAX)) == 1
+    buf += GOOD
+    assert len(validate_batches(buf, max_batch_bytes=MAX)) == 2
