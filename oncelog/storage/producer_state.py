@@ -1,0 +1,520 @@
+"""Per-partition producer state: epochs, sequences and ongoing transactions of every producer id.
+
+This is the broker side of the idempotent producer (KIP-98 "PID-Sequence Management"). The
+log is the source of truth; this module keeps, per producer id, what the log says about that
+producer, so that a produce request can be validated and a retried batch recognised.
+
+The partition append order (Kafka's ``UnifiedLog.append``) uses it in three steps:
+
+1. ``check(header)`` (or ``check_batches(headers)`` for several batches in one request) —
+   validates epoch and sequence WITHOUT changing anything. Returns a ``DuplicateBatch`` when
+   the batch is a retry of one of the producer's last 5 batches: the caller then answers
+   success with the original offsets and appends nothing. Raises ``KafkaError`` when the
+   batch must be refused.
+2. The caller appends the batch to the log (offsets are now final).
+3. ``update(header)`` applies the appended batch (with its final offsets) to the state.
+
+Recovery only replays: ``update`` for every batch carrying a producer id, in log order, with
+no validation (``load_from`` a snapshot first, then replay the tail).
+
+The validation rules are Kafka's (``ProducerAppendInfo.checkProducerEpoch``/``checkSequence``
+and ``ProducerStateEntry.findDuplicateBatch``, in
+storage/src/main/java/org/apache/kafka/storage/internals/log/), for data batches from clients:
+
+- older epoch than the producer's current one → INVALID_PRODUCER_EPOCH (Kafka ≥ 2.7 answers
+  this, not PRODUCER_FENCED, on the produce path, so the client can abort and retry);
+- unknown producer (no state, e.g. expired or never seen here) → any sequence is accepted
+  (since KIP-360 the broker no longer answers UNKNOWN_PRODUCER_ID);
+- new (bumped) epoch → the sequence must be 0, else OUT_OF_ORDER_SEQUENCE_NUMBER;
+- same epoch → the first sequence must follow the last one (int32 wrap-around: after
+  2147483647 comes 0), else OUT_OF_ORDER_SEQUENCE_NUMBER;
+- a non-transactional batch while the producer has a transaction open → INVALID_TXN_STATE.
+
+The duplicate check runs first, against the committed state only: same epoch and the same
+(first, last) sequence range as one of the last 5 appended batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from oncelog.clock import Clock
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from oncelog.storage import snapshot
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+"""How many recent batches per producer are kept for duplicate detection (Kafka: 5, which is
+also the most in-flight requests an idempotent producer may have)."""
+
+MAX_SEQUENCE = 2**31 - 1
+NO_COORDINATOR_EPOCH = -1
+
+
+def next_sequence(seq: int) -> int:
+    """The sequence after ``seq``: int32 wraps to 0 after 2147483647."""
+    return 0 if seq == MAX_SEQUENCE else seq + 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """What is remembered of one appended batch."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateBatch:
+    """A retried batch that is already in the log: answer success with these offsets."""
+
+    base_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a COMMIT/ABORT marker (for the aborted-txn index and the LSO)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    """An immutable view of one producer for DescribeProducers."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1 when no transaction is open
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    """The state of one producer id on this partition. Owned and mutated by the manager."""
+
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque[BatchMetadata] = field(
+        default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN)
+    )
+    last_timestamp: int = -1
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    current_txn_first_offset: int | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+    def add_batch(self, epoch: int, batch: BatchMetadata) -> None:
+        if epoch != self.producer_epoch:
+            # A new epoch restarts sequences: older batches can no longer be duplicates.
+            self.batches.clear()
+            self.producer_epoch = epoch
+        self.batches.append(batch)  # maxlen drops the oldest
+        self.last_timestamp = batch.timestamp
+
+    def copy(self) -> ProducerStateEntry:
+        return ProducerStateEntry(
+            self.producer_id,
+            self.producer_epoch,
+            deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+
+@dataclass(slots=True)
+class _Pending:
+    """The view of one producer after the earlier batches of the same request."""
+
+    epoch: int
+    last_seq: int
+    in_txn: bool
+
+
+class ProducerStateManager:
+    """Producer id → state for one partition (see the module docstring for the call order)."""
+
+    def __init__(
+        self,
+        partition: str,
+        clock: Clock,
+        producer_id_expiration_ms: int = 86400000,
+    ) -> None:
+        self.partition = partition
+        self._clock = clock
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self._producers: dict[int, ProducerStateEntry] = {}
+        self._map_end_offset = 0  # the offset after the last batch applied by update()
+        self._last_snapshot_offset: int | None = None
+
+    # ------------------------------------------------------------------ validation
+
+    def check(
+        self,
+        header: BatchHeader,
+        *,
+        is_from_client: bool = True,
+        request_version: int | None = None,
+    ) -> DuplicateBatch | None:
+        """Validate one data batch that carries a producer id, changing nothing.
+
+        ``is_from_client=False`` is Kafka's coordinator origin (e.g. the group coordinator
+        writing offsets): only the epoch is checked, no sequences, no duplicate detection.
+        ``request_version`` is accepted for the produce handler's convenience; Kafka's current
+        rules do not depend on it (the old UNKNOWN_PRODUCER_ID answer is gone since KIP-360).
+        """
+        entry = self._producers.get(header.producer_id)
+        if (
+            entry is not None
+            and is_from_client
+            and header.producer_epoch == entry.producer_epoch
+            and header.base_sequence == next_sequence(entry.last_seq)
+            and (entry.current_txn_first_offset is None or header.is_transactional)
+        ):
+            return None  # the common case: the next batch, in sequence
+        return self._check_slow(header, entry, None, is_from_client)
+
+    def check_batches(
+        self, headers: Iterable[BatchHeader], *, is_from_client: bool = True
+    ) -> DuplicateBatch | None:
+        """Validate all producer-id batches of one request, each against the state the
+        earlier ones would leave. As in Kafka, the first batch found to be a duplicate of an
+        appended one answers for the whole request (nothing is appended)."""
+        pending: dict[int, _Pending] = {}
+        for header in headers:
+            if header.producer_id < 0 or header.is_control:
+                continue
+            entry = self._producers.get(header.producer_id)
+            duplicate = self._check_slow(header, entry, pending, is_from_client)
+            if duplicate is not None:
+                return duplicate
+        return None
+
+    def _check_slow(
+        self,
+        header: BatchHeader,
+        entry: ProducerStateEntry | None,
+        pending: dict[int, _Pending] | None,
+        is_from_client: bool,
+    ) -> DuplicateBatch | None:
+        pid = header.producer_id
+        epoch = header.producer_epoch
+        first_seq = header.base_sequence
+        seen = pending.get(pid) if pending is not None else None
+
+        if is_from_client and entry is not None:
+            dup = entry.find_duplicate(epoch, first_seq, header.last_sequence)
+            if dup is not None:
+                logger.info(
+                    "duplicate batch partition=%s producer_id=%d epoch=%d seq=%d..%d "
+                    "original_offsets=%d..%d",
+                    self.partition,
+                    pid,
+                    epoch,
+                    first_seq,
+                    header.last_sequence,
+                    dup.first_offset,
+                    dup.last_offset,
+                )
+                return DuplicateBatch(dup.first_offset, dup.last_offset, dup.timestamp)
+
+        if seen is not None:
+            current_epoch, last_seq, in_txn = seen.epoch, seen.last_seq, seen.in_txn
+        elif entry is not None:
+            current_epoch = entry.producer_epoch
+            last_seq = entry.last_seq
+            in_txn = entry.current_txn_first_offset is not None
+        else:
+            current_epoch, last_seq, in_txn = NO_PRODUCER_EPOCH, NO_SEQUENCE, False
+
+        if epoch < current_epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"partition {self.partition}: producer {pid} epoch {epoch} is older than "
+                f"the current epoch {current_epoch}",
+            )
+
+        if is_from_client:
+            if epoch != current_epoch:
+                if first_seq != 0 and current_epoch != NO_PRODUCER_EPOCH:
+                    raise KafkaError(
+                        ErrorCode.out_of_order_sequence_number,
+                        f"partition {self.partition}: producer {pid} new epoch {epoch} must "
+                        f"start at sequence 0, got {first_seq} (current epoch {current_epoch})",
+                    )
+            # Same epoch. Kafka accepts any sequence when the producer is unknown here
+            # (current epoch NO_PRODUCER_EPOCH). A later batch of the same request is held to
+            # the sequence the earlier ones set, since their epoch is now current (stricter
+            # than Kafka, which compares with the committed entry's epoch and would accept
+            # anything there for an unknown producer, even the same sequences twice).
+            elif current_epoch != NO_PRODUCER_EPOCH and first_seq != next_sequence(last_seq):
+                raise KafkaError(
+                    ErrorCode.out_of_order_sequence_number,
+                    f"partition {self.partition}: producer {pid} epoch {epoch} sequence "
+                    f"{first_seq} does not follow {last_seq}",
+                )
+
+        if in_txn and not header.is_transactional:
+            raise KafkaError(
+                ErrorCode.invalid_txn_state,
+                f"partition {self.partition}: non-transactional batch from producer {pid} "
+                f"while its transaction is open",
+            )
+
+        if pending is not None:
+            pending[pid] = _Pending(epoch, header.last_sequence, in_txn or header.is_transactional)
+        return None
+
+    # ------------------------------------------------------------------ applying
+
+    def update(self, header: BatchHeader) -> None:
+        """Apply a data batch that is now in the log (its offsets are final).
+
+        Used after a validated append and, without validation, when replaying the log.
+        Batches without a producer id are ignored; control batches must go through
+        ``update_end_txn_marker`` (their content says COMMIT or ABORT).
+        """
+        pid = header.producer_id
+        if pid < 0:
+            return
+        if header.is_control:
+            raise ValueError("control batches are applied with update_end_txn_marker()")
+        entry = self._producers.get(pid)
+        if entry is None:
+            entry = self._producers[pid] = ProducerStateEntry(pid)
+        entry.add_batch(
+            header.producer_epoch,
+            BatchMetadata(
+                header.base_sequence,
+                header.last_sequence,
+                header.base_offset,
+                header.last_offset,
+                header.max_timestamp,
+            ),
+        )
+        if header.is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = header.base_offset
+        if header.next_offset > self._map_end_offset:
+            self._map_end_offset = header.next_offset
+
+    def update_all(self, headers: Sequence[BatchHeader]) -> None:
+        for header in headers:
+            self.update(header)
+
+    def check_end_txn_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
+        """Validate a COMMIT/ABORT marker from the transaction coordinator, changing nothing
+        (Kafka's checkProducerEpoch and checkCoordinatorEpoch for transaction version < 2)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"partition {self.partition}: marker for producer {producer_id} has epoch "
+                f"{producer_epoch}, older than {entry.producer_epoch}",
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"partition {self.partition}: marker for producer {producer_id} from "
+                f"coordinator epoch {coordinator_epoch}, older than {entry.coordinator_epoch}",
+            )
+
+    def update_end_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        offset: int,
+        timestamp: int,
+        is_abort: bool,
+    ) -> CompletedTxn | None:
+        """Apply a COMMIT/ABORT marker now in the log at ``offset``. Returns the completed
+        transaction, or None when the producer had no data in an open transaction here."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
+        completed = None
+        if entry.current_txn_first_offset is not None:
+            completed = CompletedTxn(producer_id, entry.current_txn_first_offset, offset, is_abort)
+        if producer_epoch != entry.producer_epoch:
+            entry.batches.clear()
+            entry.producer_epoch = producer_epoch
+        entry.coordinator_epoch = coordinator_epoch
+        entry.current_txn_first_offset = None
+        entry.last_timestamp = timestamp
+        if offset + 1 > self._map_end_offset:
+            self._map_end_offset = offset + 1
+        return completed
+
+    # ------------------------------------------------------------------ queries
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        """The live entry (do not mutate it)."""
+        return self._producers.get(producer_id)
+
+    def entries(self) -> dict[int, ProducerStateEntry]:
+        """Copies of all entries, by producer id."""
+        return {pid: e.copy() for pid, e in self._producers.items()}
+
+    def active_producers(self) -> list[ProducerInfo]:
+        """For DescribeProducers, sorted by producer id."""
+        return [
+            ProducerInfo(
+                e.producer_id,
+                e.producer_epoch,
+                e.last_seq,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
+            )
+            for _, e in sorted(self._producers.items())
+        ]
+
+    def ongoing_txn_first_offsets(self) -> list[int]:
+        """First offsets of the open transactions (for the first unstable offset)."""
+        return sorted(
+            e.current_txn_first_offset
+            for e in self._producers.values()
+            if e.current_txn_first_offset is not None
+        )
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    @property
+    def map_end_offset(self) -> int:
+        """The offset after the last batch applied (the state covers the log below it)."""
+        return self._map_end_offset
+
+    @property
+    def last_snapshot_offset(self) -> int | None:
+        return self._last_snapshot_offset
+
+    # ------------------------------------------------------------------ expiry
+
+    def remove_expired(self, now_ms: int | None = None) -> list[int]:
+        """Forget producers idle for ``producer.id.expiration.ms`` (by their last batch's
+        timestamp, as Kafka does), except those with a transaction open. Returns their ids."""
+        now = self._clock.now_ms() if now_ms is None else now_ms
+        limit = self.producer_id_expiration_ms
+        expired = [
+            pid
+            for pid, e in self._producers.items()
+            if e.current_txn_first_offset is None and now - e.last_timestamp >= limit
+        ]
+        for pid in expired:
+            del self._producers[pid]
+        if expired:
+            logger.info(
+                "expired producer ids partition=%s count=%d ids=%s",
+                self.partition,
+                len(expired),
+                expired[:10],
+            )
+        return expired
+
+    # ------------------------------------------------------------------ truncation
+
+    def clear(self) -> None:
+        """Forget everything (the log was emptied or will be replayed from its start)."""
+        self._producers.clear()
+        self._map_end_offset = 0
+        self._last_snapshot_offset = None
+
+    def truncate_after(self, offset: int, directory: Path | None = None) -> int:
+        """The log now ends at ``offset`` (everything at or above it is gone).
+
+        Drops snapshots above ``offset`` from ``directory``, resets the state to the newest
+        valid snapshot at or below it (or to empty), and returns the offset from which the
+        caller must replay the log, up to its new end, through ``update``. Nothing is reset
+        (and ``offset`` is returned) when no applied batch reaches ``offset``.
+        """
+        if offset >= self._map_end_offset:
+            if directory is not None:
+                snapshot.delete_snapshots_after(directory, offset)
+            return offset
+        if directory is None:
+            self.clear()
+            logger.info(
+                "producer state cleared for truncation partition=%s offset=%d",
+                self.partition,
+                offset,
+            )
+            return 0
+        snapshot.delete_snapshots_after(directory, offset)
+        return self.load_from(directory, max_offset=offset)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def take_snapshot(self, directory: Path, offset: int, keep: int | None = 2) -> Path:
+        """Write the state, which must cover the log up to ``offset`` (normally the log end
+        offset), to ``directory``; then keep only the ``keep`` newest snapshots."""
+        if offset < self._map_end_offset:
+            raise ValueError(
+                f"snapshot offset {offset} is below the state's end {self._map_end_offset}"
+            )
+        path = snapshot.write_snapshot(directory, offset, self._producers.values())
+        self._last_snapshot_offset = offset
+        if keep is not None:
+            snapshot.keep_latest(directory, keep)
+        return path
+
+    def load_from(self, directory: Path, max_offset: int | None = None) -> int:
+        """Replace the state with the newest valid snapshot (at or below ``max_offset`` if
+        given), dropping producers already expired. Returns the offset from which the caller
+        must replay the log tail through ``update`` (0 when there is no valid snapshot, i.e.
+        a full scan from the log start)."""
+        self.clear()
+        loaded = snapshot.load_latest(directory, max_offset=max_offset)
+        if loaded is None:
+            logger.info("no producer snapshot partition=%s: full scan", self.partition)
+            return 0
+        offset, entries = loaded
+        for e in entries:
+            self._producers[e.producer_id] = e
+        self.remove_expired()
+        self._map_end_offset = offset
+        self._last_snapshot_offset = offset
+        logger.info(
+            "loaded producer snapshot partition=%s offset=%d producers=%d",
+            self.partition,
+            offset,
+            len(self._producers),
+        )
+        return offset
