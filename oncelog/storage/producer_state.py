@@ -204,7 +204,9 @@ class ProducerStateManager:
             and header.base_sequence == next_sequence(entry.last_seq)
             and (entry.current_txn_first_offset is None or header.is_transactional)
         ):
-            return None  # the common case: the next batch, in sequence
+            # The common case: the next batch, in sequence. It cannot also be a duplicate
+            # (that would need the 5 retained batches to span all 2**31 sequences).
+            return None
         return self._check_slow(header, entry, None, is_from_client)
 
     def check_batches(
@@ -484,16 +486,27 @@ class ProducerStateManager:
 
     def take_snapshot(self, directory: Path, offset: int, keep: int | None = 2) -> Path:
         """Write the state, which must cover the log up to ``offset`` (normally the log end
-        offset), to ``directory``; then keep only the ``keep`` newest snapshots."""
+        offset), to ``directory``; then keep only the ``keep`` newest snapshots.
+
+        This blocks on fsync. To write from a worker thread instead: ``data =
+        encode_snapshot(offset)`` here, ``snapshot.write_encoded(directory, offset, data)``
+        in the thread, then ``on_snapshot_written(offset)`` back here."""
+        path = snapshot.write_encoded(directory, offset, self.encode_snapshot(offset))
+        self.on_snapshot_written(offset)
+        if keep is not None:
+            snapshot.keep_latest(directory, keep)
+        return path
+
+    def encode_snapshot(self, offset: int) -> bytes:
+        """The snapshot bytes for the state, which must cover the log up to ``offset``."""
         if offset < self._map_end_offset:
             raise ValueError(
                 f"snapshot offset {offset} is below the state's end {self._map_end_offset}"
             )
-        path = snapshot.write_snapshot(directory, offset, self._producers.values())
+        return snapshot.encode(offset, self._producers.values())
+
+    def on_snapshot_written(self, offset: int) -> None:
         self._last_snapshot_offset = offset
-        if keep is not None:
-            snapshot.keep_latest(directory, keep)
-        return path
 
     def load_from(self, directory: Path, max_offset: int | None = None) -> int:
         """Replace the state with the newest valid snapshot (at or below ``max_offset`` if

@@ -143,7 +143,12 @@ def _fsync_directory(directory: Path) -> None:
 
 def write_snapshot(directory: Path, offset: int, entries: Iterable[ps.ProducerStateEntry]) -> Path:
     """Write atomically the snapshot covering the log below ``offset``; returns its path."""
-    data = encode(offset, entries)
+    return write_encoded(directory, offset, encode(offset, entries))
+
+
+def write_encoded(directory: Path, offset: int, data: bytes) -> Path:
+    """Write already encoded snapshot bytes atomically (temporary file, fsync, rename, fsync
+    of the directory). Safe to run in a worker thread: it touches no shared state."""
     path = snapshot_path(directory, offset)
     tmp = directory / f"{offset:020d}{TEMP_SUFFIX}"
     with open(tmp, "wb") as f:

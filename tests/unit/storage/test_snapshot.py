@@ -257,3 +257,19 @@ def test_random_valid_appends_survive_a_snapshot_round_trip(
     assert restarted.load_from(directory) == offset
     assert restarted.entries() == m.entries()
     assert restarted.active_producers() == m.active_producers()
+
+
+def test_encode_in_place_write_elsewhere(tmp_path: Path) -> None:
+    """The split used to fsync off the event loop: bytes are taken first, so appends made
+    while the write runs are not in this snapshot."""
+    m = manager()
+    m.update(batch(pid=1, epoch=0, seq=0, count=2, offset=0))
+    expected = m.entries()
+    data = m.encode_snapshot(2)
+    m.update(batch(pid=1, epoch=0, seq=2, count=1, offset=2))  # after the bytes were taken
+    snapshot.write_encoded(tmp_path, 2, data)
+    m.on_snapshot_written(2)
+    assert m.last_snapshot_offset == 2
+    restarted = manager()
+    assert restarted.load_from(tmp_path) == 2
+    assert restarted.entries() == expected
