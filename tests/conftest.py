@@ -1,0 +1,119 @@
+"""Shared fixtures: real ``oncelog serve`` processes and a fault-injecting proxy.
+
+- ``broker``: a fresh broker (own data dir under tmp_path) for one test.
+- ``broker_factory(**kwargs)``: start several brokers or custom configs; see ``BrokerProcess``.
+- ``shared_broker``: one broker for the whole session; isolate tests by ``unique_topic()``.
+- ``proxied_broker``: a fresh broker whose clients go through a ``FaultProxy``.
+
+Every process a fixture started is killed (SIGKILL) at teardown, whatever the test did; when
+the test failed, the broker's log is printed so it shows up in the report.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Make ``tests.support`` importable however pytest was started (there is no tests/__init__.py,
+# so pytest itself only puts this directory on sys.path, not the repository root).
+_REPO_ROOT = str(Path(__file__).resolve().parents[1])
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from tests.support.broker import BrokerProcess  # noqa: E402
+from tests.support.fault_proxy import FaultProxy  # noqa: E402
+from tests.support.names import unique_topic  # noqa: E402
+from tests.support.net import free_port  # noqa: E402
+
+__all__ = ["unique_topic"]
+
+_REPORT_KEY = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    item.stash.setdefault(_REPORT_KEY, {})[report.when] = report
+    return report
+
+
+def _test_failed(request: pytest.FixtureRequest) -> bool:
+    reports = request.node.stash.get(_REPORT_KEY, {})
+    return any(report.failed for report in reports.values())
+
+
+def _dump_log(broker: BrokerProcess) -> None:
+    print(f"\n===== {broker!r}: last lines of {broker.log_path} =====")
+    print(broker.log_tail(300))
+
+
+BrokerFactory = Callable[..., BrokerProcess]
+
+
+@pytest.fixture
+def broker_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerFactory]:
+    """``broker_factory(configs={...}, start=True, **BrokerProcess kwargs) -> BrokerProcess``.
+
+    Each call gets its own data dir unless ``data_dir`` is given.
+    """
+    started: list[BrokerProcess] = []
+
+    def make(*, start: bool = True, data_dir: Path | None = None, **kwargs: Any) -> BrokerProcess:
+        if data_dir is None:
+            data_dir = tmp_path_factory.mktemp("broker") / "data"
+        broker = BrokerProcess(data_dir, **kwargs)
+        started.append(broker)
+        return broker.start() if start else broker
+
+    yield make
+    failed = _test_failed(request)
+    for broker in started:
+        broker.kill()
+        if failed:
+            _dump_log(broker)
+
+
+@pytest.fixture
+def broker(broker_factory: BrokerFactory) -> BrokerProcess:
+    """A fresh ``oncelog serve`` with default configuration."""
+    return broker_factory()
+
+
+@pytest.fixture(scope="session")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the session: tests must use their own topics (``unique_topic()``)."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("shared-broker") / "data")
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.kill()
+
+
+@dataclass
+class ProxiedBroker:
+    broker: BrokerProcess
+    proxy: FaultProxy
+
+    @property
+    def bootstrap(self) -> str:
+        """The proxy's address: what clients under test should connect to."""
+        return self.proxy.bootstrap
+
+
+@pytest.fixture
+def proxied_broker(broker_factory: BrokerFactory) -> Iterator[ProxiedBroker]:
+    """A fresh broker advertising a ``FaultProxy`` in front of it (see fault_proxy.py)."""
+    broker_port = free_port()
+    with FaultProxy("127.0.0.1", broker_port) as proxy:
+        broker = broker_factory(port=broker_port, advertised=proxy.bootstrap)
+        yield ProxiedBroker(broker, proxy)
