@@ -1,0 +1,720 @@
+"""The durable log of one partition: a directory of segments, Kafka-style.
+
+Directory layout (``<data>/<topic>-<partition>/``)::
+
+    00000000000000000000.log / .index / .timeindex    one segment per base offset
+    00000000000000052817.log / .index / .timeindex    the last one is the active segment
+    log.checkpoint                                    recovery point + log start offset
+    .clean-shutdown                                   present only while cleanly closed
+
+(``*.snapshot`` files of the producer state live in the same directory but are not this
+module's.) See ``segment`` for the files of a segment and ``index`` for the index layouts.
+
+Callers validate batches first (``oncelog.records.validate``); ``append`` assigns offsets,
+rolls segments, writes the whole request buffer with one ``pwrite`` and indexes it. ``read``
+returns raw bytes of whole batches, found by bisecting the sparse offset index and walking
+batch headers. Neither touches individual records.
+
+Durability and the flush policy
+-------------------------------
+``append`` returns once the bytes are in the OS page cache. They are fsynced when
+``flush.messages`` records have accumulated since the last flush (checked on append), when
+``maybe_flush(now_ms)`` finds ``flush.ms`` elapsed since the last flush, on ``flush()`` and on
+``close()``; ``maybe_flush`` also fsyncs segments that were rolled since the last flush.
+Kafka's defaults (and oncelog's) set both to Long.MAX, leaving write-back to the OS:
+
+- a process crash or ``kill -9`` loses nothing that ``append`` returned: the page cache
+  belongs to the kernel and reaches the disk anyway;
+- a power loss or kernel crash can lose appended-but-unflushed data (the tail after the
+  recovery point), including writes already acknowledged to producers. Kafka relies on
+  replication for that case; a single node does not have it, so set ``flush.messages=1``
+  (fsync per append, much slower) where that matters.
+
+Recovery
+--------
+``open`` after an unclean stop (no ``.clean-shutdown``) validates every batch from the segment
+holding the recovery point to the end -- sizes, magic, offset order, CRC32C -- cuts the log at
+the first torn or corrupt batch (deleting any later segments), rebuilds the indexes of the
+scanned segments and fsyncs them. After a clean stop it trusts the files and only walks the
+headers after each segment's last index entry. Missing or inconsistent index files are rebuilt
+either way.
+
+Not thread-safe: a PartitionLog belongs to one thread (the broker's event loop); run blocking
+calls such as ``flush`` elsewhere only if nothing else touches the log meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from oncelog.clock import Clock
+from oncelog.config import LogConfig
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.records.batch import LOG_OVERHEAD, BatchHeader
+from oncelog.records.codec import decode_batch
+from oncelog.records.validate import assign_offsets
+from oncelog.storage.checkpoint import (
+    LogCheckpoint,
+    fsync_directory,
+    read_checkpoint,
+    remove_clean_shutdown,
+    write_checkpoint,
+    write_clean_shutdown,
+)
+from oncelog.storage.segment import (
+    INT32_MAX,
+    LOG_SUFFIX,
+    SUFFIXES,
+    LogSegment,
+)
+
+__all__ = ["AppendResult", "PartitionLog", "ReadResult"]
+
+logger = logging.getLogger(__name__)
+
+_SEGMENT_NAME = re.compile(r"^(\d{20})(\.[a-z]+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Offsets a successful append assigned. ``log_append_time`` is -1 unless the batches
+    were stamped with LogAppendTime; ``max_timestamp`` is the largest batch max timestamp
+    (the append time under LogAppendTime); ``headers`` are the batches as written."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    max_timestamp: int
+    headers: list[BatchHeader]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Whole batches from a read. ``first_offset`` is the base offset of the first batch (it
+    can be below the requested offset: a batch is never split); ``next_offset`` is the offset
+    after the last batch returned. With no data both equal the requested offset.
+    ``log_start_offset``/``log_end_offset`` are the log's at the time of the read."""
+
+    data: bytes
+    first_offset: int
+    next_offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+def _out_of_range(directory: Path, offset: int, start: int, end: int) -> KafkaError:
+    return KafkaError(
+        ErrorCode.offset_out_of_range,
+        f"{directory.name}: offset {offset} is outside [{start}, {end}]",
+    )
+
+
+class PartitionLog:
+    """A partition's segmented log. Create with ``PartitionLog.open``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        recovery_point: int,
+    ) -> None:
+        self._directory = directory
+        self._config = config
+        self._clock = clock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._last_flush_ms = clock.now_ms()
+        self._checkpointed: LogCheckpoint | None = None
+        self._dir_dirty = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, clock: Clock) -> PartitionLog:
+        """Create the log in ``directory`` or load it, recovering after an unclean stop."""
+        directory.mkdir(parents=True, exist_ok=True)
+        clean = remove_clean_shutdown(directory)
+        checkpoint = read_checkpoint(directory)
+        start_checkpoint = checkpoint.log_start_offset if checkpoint is not None else 0
+        bases = _scan_directory(directory)
+        now = clock.now_ms()
+        segments: list[LogSegment] = []
+        try:
+            if not bases:
+                segments.append(LogSegment.create(directory, start_checkpoint, now))
+                log = cls(directory, config, clock, segments, start_checkpoint, start_checkpoint)
+                log._dir_dirty = True
+            else:
+                log = cls._load(directory, config, clock, bases, clean, checkpoint)
+                segments = log._segments
+            log._flush(force_checkpoint=True)
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        logger.info(
+            "%s: opened (%s), offsets [%d, %d), %d segments, %d bytes",
+            directory, "clean" if clean else "recovered" if bases else "new",
+            log.log_start_offset, log.log_end_offset, len(log._segments), log.size_bytes,
+        )
+        return log
+
+    @classmethod
+    def _load(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        bases: list[int],
+        clean: bool,
+        checkpoint: LogCheckpoint | None,
+    ) -> PartitionLog:
+        now = clock.now_ms()
+        # After an unclean stop everything from the segment holding the recovery point on is
+        # validated; after a clean one nothing is (beyond index sanity checks).
+        if clean:
+            scan_from = len(bases)
+        else:
+            recovery_point = checkpoint.recovery_point if checkpoint is not None else 0
+            scan_from = max(0, bisect_right(bases, recovery_point) - 1)
+        segments: list[LogSegment] = []
+        try:
+            needs_recovery: list[bool] = []
+            for i, base in enumerate(bases):
+                segment, intact = LogSegment.open(
+                    directory, base, now, load_indexes=i < scan_from
+                )
+                segments.append(segment)
+                needs_recovery.append(not intact)
+            interval = config.index_interval_bytes
+            i = 0
+            while i < len(segments):
+                segment = segments[i]
+                if needs_recovery[i]:
+                    outcome = segment.recover(interval)
+                    if outcome.truncated_bytes:
+                        later = segments[i + 1 :]
+                        # Past the recovery point a corrupt batch ends the log; below it (an
+                        # index had to be rebuilt) only that segment is cut.
+                        if i >= scan_from and later:
+                            del segments[i + 1 :]
+                            for doomed in later:
+                                doomed.delete()
+                        logger.warning(
+                            "%s: recovery truncated segment %d at byte %d (offset %d): %s; "
+                            "%d bytes cut%s",
+                            directory, segment.base_offset, outcome.valid_bytes,
+                            outcome.next_offset, outcome.reason, outcome.truncated_bytes,
+                            f", {len(later)} later segments deleted (from offset "
+                            f"{later[0].base_offset})" if i >= scan_from and later else "",
+                        )
+                i += 1
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        log_end = segments[-1].next_offset
+        log_start = max(checkpoint.log_start_offset if checkpoint else 0, segments[0].base_offset)
+        log = cls(directory, config, clock, segments, log_start, log_end)
+        if log_start > log_end:
+            logger.warning(
+                "%s: log start offset %d is past the recovered end %d; starting empty at %d",
+                directory, log_start, log_end, log_start,
+            )
+            log._truncate_fully(log_start)
+        return log
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """New settings apply from the next append/flush/retention check."""
+        self._config = config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this is fsynced."""
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self._directory}, [{self._log_start_offset}, "
+            f"{self.log_end_offset}), {len(self._segments)} segments)"
+        )
+
+    # ------------------------------------------------------------------ append
+
+    def append(
+        self,
+        buf: bytearray,
+        headers: list[BatchHeader],
+        *,
+        log_append_time_ms: int | None = None,
+        partition_leader_epoch: int | None = None,
+    ) -> AppendResult:
+        """Append validated batches (``buf`` holds exactly the batches ``headers`` describe,
+        back to back). Offsets are assigned from ``log_end_offset`` by rewriting ``buf`` in
+        place. With ``log_append_time_ms`` -- or, when it is None, with a topic configured
+        for LogAppendTime, the clock's time -- the batches are stamped with LogAppendTime.
+        Raises KafkaError(KAFKA_STORAGE_ERROR) when the write fails."""
+        self._check_open()
+        if not headers:
+            raise ValueError("append needs at least one batch")
+        config = self._config
+        if log_append_time_ms is None and config.log_append_time:
+            log_append_time_ms = self._clock.now_ms()
+        total = 0
+        count = 0
+        max_timestamp = -1
+        for h in headers:
+            total += h.batch_length + LOG_OVERHEAD
+            count += h.last_offset_delta + 1
+            if h.max_timestamp > max_timestamp:
+                max_timestamp = h.max_timestamp
+        if total != len(buf):
+            raise ValueError(f"headers describe {total} bytes, buffer has {len(buf)}")
+        if log_append_time_ms is not None:
+            max_timestamp = log_append_time_ms
+        active = self._segments[-1]
+        base_offset = active.next_offset
+        last_offset = base_offset + count - 1
+        if self._should_roll(active, total, max_timestamp, last_offset):
+            active = self._roll()
+        written = assign_offsets(
+            buf, headers, base_offset, log_append_time_ms,
+            partition_leader_epoch=partition_leader_epoch,
+        )
+        try:
+            active.append(buf, written, config.index_interval_bytes)
+        except OSError as exc:
+            logger.error(
+                "%s: append of %d bytes at offset %d failed: %s",
+                self._directory, total, base_offset, exc,
+            )
+            raise KafkaError(ErrorCode.kafka_storage_error, f"write failed: {exc}") from exc
+        if last_offset + 1 - self._recovery_point >= config.flush_messages:
+            self._flush()
+        return AppendResult(
+            base_offset,
+            last_offset,
+            -1 if log_append_time_ms is None else log_append_time_ms,
+            max_timestamp,
+            written,
+        )
+
+    def _should_roll(
+        self, active: LogSegment, size: int, max_timestamp: int, last_offset: int
+    ) -> bool:
+        if active.size == 0:
+            return False
+        config = self._config
+        if active.size + size > config.segment_bytes or active.size + size > INT32_MAX:
+            return True
+        if (
+            len(active.offset_index) >= config.segment_index_bytes // 8
+            or len(active.time_index) >= config.segment_index_bytes // 12
+        ):
+            return True
+        if last_offset - active.base_offset > INT32_MAX:
+            return True
+        # segment.ms counts from the first batch's timestamp when it has one (so a log
+        # replayed with old timestamps rolls as it originally did), else from creation.
+        if active.rolling_timestamp >= 0:
+            waited = max_timestamp - active.rolling_timestamp
+        else:
+            waited = self._clock.now_ms() - active.created_ms
+        return waited > config.segment_ms
+
+    def _roll(self) -> LogSegment:
+        old = self._segments[-1]
+        old.seal()
+        segment = LogSegment.create(self._directory, old.next_offset, self._clock.now_ms())
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        self._dir_dirty = True
+        logger.info(
+            "%s: rolled segment %d (%d bytes) -> new segment %d",
+            self._directory, old.base_offset, old.size, segment.base_offset,
+        )
+        return segment
+
+    # ------------------------------------------------------------------ read
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """Raw bytes of whole batches, starting with the batch that holds ``offset``, up to
+        ``max_bytes`` (but at least one batch when ``min_one_batch``), never a batch whose
+        base offset is >= ``max_offset``. May span segments.
+        Raises KafkaError(OFFSET_OUT_OF_RANGE) outside [log_start_offset, log_end_offset]."""
+        self._check_open()
+        start_offset = self._log_start_offset
+        end_offset = self._segments[-1].next_offset
+        if offset < start_offset or offset > end_offset:
+            raise _out_of_range(self._directory, offset, start_offset, end_offset)
+        limit = end_offset if max_offset is None or max_offset > end_offset else max_offset
+        if offset >= limit:
+            return ReadResult(b"", offset, offset, start_offset, end_offset)
+        segments = self._segments
+        i = bisect_right(self._bases, offset) - 1
+        parts: list[bytes] = []
+        first_offset = -1
+        first_base = -1
+        next_offset = offset
+        budget = max_bytes
+        force = min_one_batch
+        while i < len(segments):
+            segment = segments[i]
+            i += 1
+            if segment.base_offset >= limit:
+                break
+            if first_offset < 0:
+                found = segment.find_batch(offset)
+                if found is None:
+                    continue
+                start, first_base = found[0], found[1]
+            elif segment.size == 0:
+                continue
+            else:
+                start = 0
+            end, after = segment.batches_end(start, budget, limit, force)
+            if end == start:
+                break
+            parts.append(segment.read(start, end))
+            if first_offset < 0:
+                first_offset = first_base
+            next_offset = after
+            budget -= end - start
+            force = False
+            if end < segment.size or budget <= 0:
+                break
+        if not parts:
+            return ReadResult(b"", offset, offset, start_offset, end_offset)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        return ReadResult(data, first_offset, next_offset, start_offset, end_offset)
+
+    def batch_headers(self, start_offset: int = 0) -> Iterator[BatchHeader]:
+        """Headers of the batches from the one holding ``start_offset`` to the end (e.g. to
+        rebuild producer state from the log tail). Do not append while iterating."""
+        self._check_open()
+        i = max(0, bisect_right(self._bases, start_offset) - 1)
+        for segment in self._segments[i:]:
+            found = segment.find_batch(start_offset)
+            if found is not None:
+                yield from segment.headers(found[0], segment.size)
+
+    # ------------------------------------------------------------------ timestamps
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record (in offset order, at or after the log
+        start offset) whose timestamp is >= ``timestamp_ms``; None when there is none."""
+        self._check_open()
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp_ms:
+                continue
+            found = self._search_segment_by_time(segment, timestamp_ms)
+            if found is not None:
+                return found
+        return None
+
+    def _search_segment_by_time(
+        self, segment: LogSegment, target: int
+    ) -> tuple[int, int] | None:
+        lowest = max(self._log_start_offset, segment.base_offset)
+        below = segment.time_index.last_offset_below(target)
+        if below is not None:
+            lowest_unknown = segment.base_offset + below + 1  # all before it are older
+            lowest_scan = max(lowest, lowest_unknown)
+        else:
+            lowest_scan = lowest
+        found = segment.find_batch(lowest_scan)
+        if found is None:
+            return None
+        for pos, base, size, delta, max_ts in segment.walk(found[0], segment.size):
+            if max_ts < target or base + delta < lowest:
+                continue
+            _header, records = decode_batch(segment.read(pos, pos + size))
+            for record in records:
+                if record.timestamp >= target and record.offset >= lowest:
+                    return record.offset, record.timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the (first) record with the largest timestamp; None
+        when the log holds no record with a timestamp."""
+        self._check_open()
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.max_timestamp >= 0 and (
+                best is None or segment.max_timestamp > best.max_timestamp
+            ):
+                best = segment
+        if best is None:
+            return None
+        found = best.find_batch(best.offset_of_max_timestamp)
+        if found is not None:
+            pos, _base, size, _delta = found
+            _header, records = decode_batch(best.read(pos, pos + size))
+            for record in records:
+                if record.timestamp == best.max_timestamp:
+                    return record.offset, record.timestamp
+        return best.offset_of_max_timestamp, best.max_timestamp
+
+    # ------------------------------------------------------------------ flushing
+
+    def flush(self) -> None:
+        """fsync every unflushed segment and index, advance the recovery point to the log end
+        offset and write the checkpoint."""
+        self._check_open()
+        self._flush()
+
+    def _flush(self, *, force_checkpoint: bool = False) -> None:
+        for segment in self._segments:
+            if segment.unflushed:
+                segment.flush()
+        if self._dir_dirty:
+            fsync_directory(self._directory)
+            self._dir_dirty = False
+        self._recovery_point = self._segments[-1].next_offset
+        self._last_flush_ms = self._clock.now_ms()
+        self._write_checkpoint(force=force_checkpoint)
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Call periodically with ``Clock.now_ms()``: flushes everything when ``flush.ms``
+        has passed since the last flush, else only segments rolled since then. Returns
+        whether anything was fsynced."""
+        self._check_open()
+        if (
+            self._segments[-1].next_offset > self._recovery_point
+            and now_ms - self._last_flush_ms >= self._config.flush_ms
+        ):
+            self._flush()
+            return True
+        active = self._segments[-1]
+        if self._recovery_point >= active.base_offset:
+            return False
+        for segment in self._segments[:-1]:
+            if segment.unflushed:
+                segment.flush()
+        if self._dir_dirty:
+            fsync_directory(self._directory)
+            self._dir_dirty = False
+        self._recovery_point = active.base_offset
+        self._write_checkpoint()
+        return True
+
+    def _write_checkpoint(self, *, force: bool = False) -> None:
+        checkpoint = LogCheckpoint(self._recovery_point, self._log_start_offset)
+        if force or checkpoint != self._checkpointed:
+            write_checkpoint(self._directory, checkpoint)
+            self._checkpointed = checkpoint
+
+    # ------------------------------------------------------------------ deletion
+
+    def apply_retention(self) -> int:
+        """Delete whole segments, oldest first and never the active one: those entirely below
+        the log start offset, then (cleanup.policy includes delete) those whose largest
+        timestamp is older than retention.ms, then while the log exceeds retention.bytes by
+        at least the segment's size (-1 disables either). Returns segments deleted."""
+        self._check_open()
+        segments = self._segments
+        limit = len(segments) - 1
+        count = 0
+        reasons: list[str] = []
+        while count < limit and segments[count + 1].base_offset <= self._log_start_offset:
+            count += 1
+        if count:
+            reasons.append("log start offset")
+        config = self._config
+        if "delete" in config.cleanup_policy:
+            before = count
+            if config.retention_ms >= 0:
+                now = self._clock.now_ms()
+                while (
+                    count < limit
+                    and now - _segment_timestamp(segments[count]) > config.retention_ms
+                ):
+                    count += 1
+                if count > before:
+                    reasons.append(f"retention.ms={config.retention_ms}")
+            before = count
+            if config.retention_bytes >= 0:
+                excess = sum(s.size for s in segments[count:]) - config.retention_bytes
+                while count < limit and excess - segments[count].size >= 0:
+                    excess -= segments[count].size
+                    count += 1
+                if count > before:
+                    reasons.append(f"retention.bytes={config.retention_bytes}")
+        if count:
+            self._delete_oldest(count, ", ".join(reasons))
+        return count
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (at most the log end
+        offset, else OFFSET_OUT_OF_RANGE) and delete the segments entirely below it.
+        Returns the log start offset."""
+        self._check_open()
+        end_offset = self._segments[-1].next_offset
+        if offset > end_offset or offset < 0:
+            raise _out_of_range(self._directory, offset, self._log_start_offset, end_offset)
+        if offset <= self._log_start_offset:
+            return self._log_start_offset
+        self._log_start_offset = offset
+        count = 0
+        while count < len(self._segments) - 1 and self._bases[count + 1] <= offset:
+            count += 1
+        if count:
+            self._delete_oldest(count, "delete records")
+        else:
+            self._write_checkpoint()
+        return self._log_start_offset
+
+    def _delete_oldest(self, count: int, reason: str) -> None:
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        del self._bases[:count]
+        self._log_start_offset = max(self._log_start_offset, self._bases[0])
+        for segment in doomed:
+            segment.delete()
+        self._write_checkpoint()
+        logger.info(
+            "%s: deleted %d segments [%d, %d) of %d bytes (%s); log start offset %d",
+            self._directory, count, doomed[0].base_offset, self._bases[0],
+            sum(s.size for s in doomed), reason, self._log_start_offset,
+        )
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch from the one holding ``offset`` on (a no-op at or past the log
+        end). The log end offset becomes ``offset`` when that is a batch boundary. Below the
+        first segment the log is emptied and restarts at ``offset``."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"negative truncation offset {offset}")
+        old_end = self._segments[-1].next_offset
+        if offset >= old_end:
+            return
+        if offset < self._bases[0]:
+            self._truncate_fully(offset)
+        else:
+            i = bisect_right(self._bases, offset) - 1
+            later = self._segments[i + 1 :]
+            del self._segments[i + 1 :]
+            del self._bases[i + 1 :]
+            for segment in later:
+                segment.delete()
+            self._segments[i].truncate_to(offset)
+        new_end = self._segments[-1].next_offset
+        self._log_start_offset = min(self._log_start_offset, new_end)
+        self._recovery_point = min(self._recovery_point, new_end)
+        self._write_checkpoint()
+        logger.info(
+            "%s: truncated from end offset %d to %d", self._directory, old_end, new_end
+        )
+
+    def _truncate_fully(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        self._segments[:] = [LogSegment.create(self._directory, offset, self._clock.now_ms())]
+        self._bases[:] = [offset]
+        self._log_start_offset = offset
+        self._recovery_point = offset
+        self._dir_dirty = True
+        self._write_checkpoint()
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint and the clean-shutdown marker, release the
+        files. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self._segments[-1].seal()
+            self._flush()
+            write_clean_shutdown(self._directory)
+        finally:
+            self._closed = True
+            for segment in self._segments:
+                segment.close()
+
+    def delete(self) -> None:
+        """Close without flushing and remove the whole partition directory."""
+        if not self._closed:
+            self._closed = True
+            for segment in self._segments:
+                segment.close()
+        shutil.rmtree(self._directory, ignore_errors=True)
+        logger.info("%s: deleted", self._directory)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"{self._directory} is closed")
+
+
+def _segment_timestamp(segment: LogSegment) -> int:
+    """What retention.ms compares: the largest timestamp, or the file's mtime without one."""
+    if segment.max_timestamp >= 0:
+        return segment.max_timestamp
+    return os.fstat(segment.fd).st_mtime_ns // 1_000_000
+
+
+def _scan_directory(directory: Path) -> list[int]:
+    """Base offsets of the segments in ``directory``; index files whose log is gone are
+    removed."""
+    bases: set[int] = set()
+    sidecars: list[tuple[int, Path]] = []
+    for entry in directory.iterdir():
+        match = _SEGMENT_NAME.match(entry.name)
+        if match is None or match.group(2) not in SUFFIXES:
+            continue
+        base = int(match.group(1))
+        if match.group(2) == LOG_SUFFIX:
+            bases.add(base)
+        else:
+            sidecars.append((base, entry))
+    for base, path in sidecars:
+        if base not in bases:
+            logger.warning("%s: removing %s, which has no log file", directory, path.name)
+            path.unlink(missing_ok=True)
+    return sorted(bases)
