@@ -1,0 +1,335 @@
+"""Consumer-group APIs: FindCoordinator (10), JoinGroup (11), SyncGroup (14), Heartbeat (12),
+LeaveGroup (13), OffsetCommit (8), OffsetFetch (9), ListGroups (16), DescribeGroups (15),
+DeleteGroups (42).
+
+Thin: read the request (any version), call ``ctx.broker.groups`` (a GroupCoordinator),
+build the version's response with ``make``. Version ranges: every range below contains the
+versions librdkafka 2.x, kafka-python 3.0 (its own caps: JoinGroup 7, SyncGroup 5,
+OffsetCommit/OffsetFetch 8) and aiokafka 0.14 (JoinGroup 5, SyncGroup 3, Heartbeat 1,
+LeaveGroup 1, OffsetCommit/OffsetFetch 3, FindCoordinator 1, ListGroups 2, DescribeGroups 3,
+DeleteGroups 1) send, bounded by kio's schemas (OffsetCommit from v2, OffsetFetch from v1)
+and by what a classic group means (OffsetCommit/OffsetFetch v10 address topics by id).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from types import ModuleType
+from typing import Any
+
+from oncelog.broker.api import RequestContext, handles
+from oncelog.coordinator.group.results import OffsetFetchEntry, TopicPartition
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol import versions
+from oncelog.protocol.build import make, response_module, to_ms
+
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+# DescribeGroups' "authorized operations not requested" value.
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+# ---------------------------------------------------------------------------------------
+# FindCoordinator
+
+
+@handles(versions.FIND_COORDINATOR, 0, 6)
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    """One node coordinates every group and every transactional id."""
+    mod = response_module(versions.FIND_COORDINATOR, ctx.api_version)
+    key_type = int(getattr(request, "key_type", GROUP_KEY))
+    broker = ctx.broker
+    error = ErrorCode.none
+    message: str | None = None
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        error, message = ErrorCode.invalid_request, f"unsupported key type {key_type}"
+    node = {
+        "node_id": broker.node_id if error == ErrorCode.none else -1,
+        "host": broker.advertised_host if error == ErrorCode.none else "",
+        "port": broker.advertised_port if error == ErrorCode.none else -1,
+        "error_code": error,
+        "error_message": message,
+    }
+    if ctx.api_version >= 4:
+        coordinators = tuple(
+            make(mod.Coordinator, key=key, **node) for key in request.coordinator_keys
+        )
+        return make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
+    return make(mod.FindCoordinatorResponse, throttle_time=0, **node)
+
+
+# ---------------------------------------------------------------------------------------
+# JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+
+
+@handles(versions.JOIN_GROUP, 0, 9)
+async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.JOIN_GROUP, ctx.api_version)
+    session_ms = to_ms(request.session_timeout)
+    rebalance_ms = to_ms(getattr(request, "rebalance_timeout", None))
+    result = await ctx.broker.groups.join_group(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, p.metadata) for p in request.protocols],
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=rebalance_ms,
+        client_id=ctx.client_id or "",
+        client_host=ctx.client_host,
+        # KIP-394: from v4 a new member must come back with the member id it is given.
+        require_known_member_id=ctx.api_version >= 4,
+    )
+    nullable_names = ctx.api_version >= 7
+    members = tuple(
+        make(
+            mod.JoinGroupResponseMember,
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            metadata=m.metadata,
+        )
+        for m in result.members
+    )
+    return make(
+        mod.JoinGroupResponse,
+        throttle_time=0,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name
+        if result.protocol_name is not None or nullable_names
+        else "",
+        leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=members,
+    )
+
+
+@handles(versions.SYNC_GROUP, 0, 5)
+async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.SYNC_GROUP, ctx.api_version)
+    result = await ctx.broker.groups.sync_group(
+        group_id=request.group_id,
+        generation_id=int(request.generation_id),
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments={a.member_id: a.assignment for a in request.assignments},
+    )
+    return make(
+        mod.SyncGroupResponse,
+        throttle_time=0,
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+@handles(versions.HEARTBEAT, 0, 4)
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.HEARTBEAT, ctx.api_version)
+    error = ctx.broker.groups.heartbeat(
+        request.group_id,
+        int(request.generation_id),
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+    )
+    return make(mod.HeartbeatResponse, throttle_time=0, error_code=error)
+
+
+@handles(versions.LEAVE_GROUP, 0, 5)
+async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.LEAVE_GROUP, ctx.api_version)
+    if ctx.api_version >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [(request.member_id, None)]
+    try:
+        errors = ctx.broker.groups.leave_group(request.group_id, leaving)
+    except KafkaError as exc:
+        return make(mod.LeaveGroupResponse, throttle_time=0, error_code=exc.code, members=())
+    if ctx.api_version < 3:
+        return make(mod.LeaveGroupResponse, throttle_time=0, error_code=errors[0])
+    members = tuple(
+        make(mod.MemberResponse, member_id=mid, group_instance_id=iid, error_code=err)
+        for (mid, iid), err in zip(leaving, errors, strict=True)
+    )
+    return make(
+        mod.LeaveGroupResponse, throttle_time=0, error_code=ErrorCode.none, members=members
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# OffsetCommit, OffsetFetch
+
+
+@handles(versions.OFFSET_COMMIT, 2, 9)
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.OFFSET_COMMIT, ctx.api_version)
+    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
+    order: list[TopicPartition] = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, int(p.partition_index))
+            order.append(tp)
+            offsets[tp] = (
+                int(p.committed_offset),
+                int(getattr(p, "committed_leader_epoch", -1)),
+                p.committed_metadata,
+            )
+    errors = ctx.broker.groups.commit_offsets(
+        group_id=request.group_id,
+        generation_id=int(request.generation_id_or_member_epoch),
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        offsets=offsets,
+    )
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for tp in order:
+        by_topic[tp[0]].append(
+            make(mod.OffsetCommitResponsePartition, partition_index=tp[1], error_code=errors[tp])
+        )
+    topics = tuple(
+        make(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    )
+    return make(mod.OffsetCommitResponse, throttle_time=0, topics=topics)
+
+
+@handles(versions.OFFSET_FETCH, 1, 9)
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.OFFSET_FETCH, ctx.api_version)
+    require_stable = bool(getattr(request, "require_stable", False))
+    coordinator = ctx.broker.groups
+    if ctx.api_version >= 8:
+        groups = []
+        for g in request.groups:
+            wanted = _wanted_partitions(g.topics)
+            entries = coordinator.fetch_offsets(g.group_id, wanted, require_stable)
+            groups.append(
+                make(
+                    mod.OffsetFetchResponseGroup,
+                    group_id=g.group_id,
+                    topics=_fetch_topics(mod, entries, "OffsetFetchResponseTopics",
+                                         "OffsetFetchResponsePartitions"),
+                    error_code=ErrorCode.none,
+                )
+            )
+        return make(mod.OffsetFetchResponse, throttle_time=0, groups=tuple(groups))
+    wanted = _wanted_partitions(request.topics)
+    entries = coordinator.fetch_offsets(request.group_id, wanted, require_stable)
+    return make(
+        mod.OffsetFetchResponse,
+        throttle_time=0,
+        topics=_fetch_topics(mod, entries, "OffsetFetchResponseTopic",
+                             "OffsetFetchResponsePartition"),
+        error_code=ErrorCode.none,
+    )
+
+
+def _wanted_partitions(topics: Iterable[Any] | None) -> list[TopicPartition] | None:
+    if topics is None:
+        return None
+    return [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+
+
+def _fetch_topics(
+    mod: ModuleType,
+    entries: Mapping[TopicPartition, OffsetFetchEntry],
+    topic_cls: str,
+    partition_cls: str,
+) -> tuple[Any, ...]:
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (topic, partition), entry in entries.items():
+        by_topic[topic].append(
+            make(
+                getattr(mod, partition_cls),
+                partition_index=partition,
+                committed_offset=entry.offset,
+                committed_leader_epoch=entry.leader_epoch,
+                metadata=entry.metadata,
+                error_code=entry.error,
+            )
+        )
+    return tuple(
+        make(getattr(mod, topic_cls), name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# ListGroups, DescribeGroups, DeleteGroups
+
+
+@handles(versions.LIST_GROUPS, 0, 5)
+async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.LIST_GROUPS, ctx.api_version)
+    types_filter = {t.lower() for t in getattr(request, "types_filter", ())}
+    listed = ctx.broker.groups.list_groups(getattr(request, "states_filter", ()))
+    groups = tuple(
+        make(
+            mod.ListedGroup,
+            group_id=g.group_id,
+            protocol_type=g.protocol_type,
+            group_state=g.state,
+            group_type=g.group_type,
+        )
+        for g in listed
+        if not types_filter or g.group_type in types_filter
+    )
+    return make(mod.ListGroupsResponse, throttle_time=0, error_code=ErrorCode.none,
+                groups=groups)
+
+
+@handles(versions.DESCRIBE_GROUPS, 0, 6)
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.DESCRIBE_GROUPS, ctx.api_version)
+    described = []
+    for d in ctx.broker.groups.describe_groups(request.groups):
+        error, message = d.error, None
+        if error == ErrorCode.group_id_not_found:
+            if ctx.api_version >= 6:
+                message = f"group {d.group_id} not found"
+            else:
+                error = ErrorCode.none  # before v6 an unknown group is described as Dead
+        members = tuple(
+            make(
+                mod.DescribedGroupMember,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata,
+                member_assignment=m.assignment,
+            )
+            for m in d.members
+        )
+        described.append(
+            make(
+                mod.DescribedGroup,
+                error_code=error,
+                error_message=message,
+                group_id=d.group_id,
+                group_state=d.state,
+                protocol_type=d.protocol_type,
+                protocol_data=d.protocol,
+                members=members,
+                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            )
+        )
+    return make(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(described))
+
+
+@handles(versions.DELETE_GROUPS, 0, 2)
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.DELETE_GROUPS, ctx.api_version)
+    names = list(request.groups_names)
+    errors = ctx.broker.groups.delete_groups(names)
+    results = tuple(
+        make(mod.DeletableGroupResult, group_id=name, error_code=errors[name]) for name in names
+    )
+    return make(mod.DeleteGroupsResponse, throttle_time=0, results=results)
