@@ -226,6 +226,8 @@ class PartitionLog:
             for segment in segments:
                 segment.close()
             raise
+        for segment in segments[:-1]:
+            segment.seal()  # a rebuilt inactive segment gets its closing time-index entry
         log_end = segments[-1].next_offset
         log_start = max(checkpoint.log_start_offset if checkpoint else 0, segments[0].base_offset)
         log = cls(directory, config, clock, segments, log_start, log_end)

@@ -130,9 +130,16 @@ class LogSegment:
     def create(cls, directory: Path, base_offset: int, created_ms: int) -> LogSegment:
         """A new, empty segment (any stale files with its name are replaced)."""
         log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        (directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # empty, but present (as in Kafka)
+            os.close(
+                os.open(
+                    directory / segment_file_name(base_offset, suffix),
+                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                    0o644,
+                )
+            )
         fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            (directory / segment_file_name(base_offset, suffix)).unlink(missing_ok=True)
         segment = cls(
             directory,
             base_offset,
