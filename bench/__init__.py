@@ -1,0 +1,1 @@
+"""Benchmarks: ``python bench/run.py`` compares oncelog with the peer broker Tansu."""

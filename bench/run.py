@@ -1,0 +1,358 @@
+"""Throughput of oncelog next to the peer broker Tansu, with the same confluent-kafka settings.
+
+    .venv/bin/python bench/run.py                       # everything, written to bench/RESULTS.md
+    .venv/bin/python bench/run.py --scale 0.1           # a quick run (10% of the records)
+    .venv/bin/python bench/run.py --brokers tansu --scenarios 100B-x1M-1p --output /tmp/r.md
+    .venv/bin/python bench/run.py --profile             # oncelog under py-spy (or cProfile)
+    .venv/bin/python bench/run.py --list                # the scenario registry
+
+For every scenario and broker: start a fresh broker on loopback (oncelog with a temporary
+data dir; Tansu with in-memory storage), create the topic, run the producer and then the
+consumer, each in its own process (bench/workload.py), and stop the broker. Logs, raw
+results and profiles go to bench/out/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import brokers, machine, profiles  # noqa: E402
+from bench.scenarios import SCENARIOS, Scenario, select  # noqa: E402
+
+logger = logging.getLogger("bench")
+
+Result = dict[str, Any]
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is not None and metadata.error is None and len(metadata.partitions) == (
+            partitions
+        ):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {topic} did not appear with {partitions} partitions")
+
+
+def run_worker(job: dict[str, Any], log_path: Path) -> Result:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if "PYTHONPATH" in env else "")
+    argv = [sys.executable, "-m", "bench.workload", json.dumps(job)]
+    with open(log_path, "ab") as log:
+        done = subprocess.run(
+            argv, stdout=subprocess.PIPE, stderr=log, cwd=REPO, env=env,
+            timeout=job["timeout"] + 120, check=False,
+        )
+    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    if not lines:
+        return {"records": 0, "bytes": 0, "seconds": 0.0, "errors": 1,
+                "first_errors": [f"worker exited {done.returncode} without a result"]}
+    result: Result = json.loads(lines[-1])
+    return result
+
+
+def run_one(
+    broker_name: str, scenario: Scenario, scale: float, out_dir: Path, tag: str, profile: bool
+) -> dict[str, Any]:
+    records = scenario.scaled_records(scale)
+    topic = f"bench-{scenario.name}-{tag}"
+    timeout = 600.0
+    running = brokers.start(broker_name, out_dir, f"{scenario.name}-{tag}", profile=profile)
+    outcome: dict[str, Any] = {"broker": broker_name, "scenario": scenario.name,
+                               "records": records}
+    try:
+        try:
+            create_topic(running.bootstrap, topic, scenario.partitions)
+        except Exception as exc:  # reported in the results, the run goes on
+            failure = {"records": 0, "bytes": 0, "seconds": 0.0, "errors": 1,
+                       "first_errors": [f"creating the topic failed: {exc}"]}
+            outcome["produce"] = outcome["consume"] = failure
+            return outcome
+        base = {"bootstrap": running.bootstrap, "topic": topic, "records": records,
+                "record_size": scenario.record_size, "timeout": timeout}
+        worker_log = out_dir / f"workers-{broker_name}-{scenario.name}-{tag}.log"
+        outcome["produce"] = run_worker(
+            {**base, "phase": "produce", "config": scenario.producer_config(),
+             "txn_records": scenario.txn_records},
+            worker_log,
+        )
+        outcome["consume"] = run_worker(
+            {**base, "phase": "consume", "config": scenario.consumer_config()}, worker_log
+        )
+    finally:
+        outcome["exit_code"] = brokers.stop(running)
+        if running.profile is not None:
+            outcome["profile"] = str(running.profile)
+            outcome["profile_kind"] = running.profile_kind
+    return outcome
+
+
+def rate(result: Result | None) -> tuple[float, float] | None:
+    """(records/s, MB/s) of a phase result, None when it failed."""
+    if not result or result.get("errors") or not result.get("seconds"):
+        return None
+    seconds = result["seconds"]
+    return result["records"] / seconds, result["bytes"] / seconds / 1e6
+
+
+def median_phase(runs: list[dict[str, Any]], phase: str) -> Result | None:
+    """The run with the median records/s for a phase (failed runs excluded)."""
+    good = [r[phase] for r in runs if rate(r.get(phase)) is not None]
+    if not good:
+        return None
+    good.sort(key=lambda res: rate(res)[0])  # type: ignore[index]
+    return good[(len(good) - 1) // 2]
+
+
+def fmt_int(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def results_table(
+    outcomes: list[dict[str, Any]], broker_names: list[str], scenarios: list[Scenario]
+) -> str:
+    by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for outcome in outcomes:
+        by_key[(outcome["scenario"], outcome["broker"])].append(outcome)
+    both = broker_names == ["oncelog", "tansu"] or set(broker_names) == {"oncelog", "tansu"}
+    header = ["scenario", "records", "phase"]
+    for name in broker_names:
+        label = brokers.LABELS[name]
+        header += [f"{label} records/s", f"{label} MB/s"]
+    if both:
+        header.append("oncelog/Tansu")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 3 + "---:|" * (len(header) - 3)]
+    joins = ["| scenario | " + " | ".join(f"{brokers.LABELS[n]} join s" for n in broker_names)
+             + " |", "|---|" + "---:|" * len(broker_names)]
+    for scenario in scenarios:
+        join_cells = []
+        for phase in ("produce", "consume"):
+            cells = [scenario.name, fmt_int(scenario_records(outcomes, scenario)), phase]
+            rates: dict[str, float] = {}
+            for name in broker_names:
+                chosen = median_phase(by_key[(scenario.name, name)], phase)
+                r = rate(chosen)
+                if r is None:
+                    cells += ["failed", "—"]
+                else:
+                    rates[name] = r[0]
+                    cells += [fmt_int(r[0]), f"{r[1]:.1f}"]
+                if phase == "consume":
+                    join = chosen.get("join_seconds") if chosen else None
+                    join_cells.append(f"{join:.2f}" if join is not None else "—")
+            if both:
+                ratio = (rates["oncelog"] / rates["tansu"]
+                         if "oncelog" in rates and "tansu" in rates else None)
+                cells.append(f"{ratio:.2f}" if ratio is not None else "—")
+            lines.append("| " + " | ".join(cells) + " |")
+        joins.append(f"| {scenario.name} | " + " | ".join(join_cells) + " |")
+    return "\n".join(lines) + "\n\nConsumer group join (subscribe to partition assignment):\n\n" + (
+        "\n".join(joins)
+    )
+
+
+def scenario_records(outcomes: list[dict[str, Any]], scenario: Scenario) -> int:
+    for outcome in outcomes:
+        if outcome["scenario"] == scenario.name:
+            return int(outcome["records"])
+    return 0
+
+
+def problems(outcomes: list[dict[str, Any]]) -> list[str]:
+    found = []
+    for o in outcomes:
+        where = f"{o['broker']} {o['scenario']}"
+        for phase in ("produce", "consume"):
+            res = o.get(phase)
+            if res is None:
+                found.append(f"{where} {phase}: not run")
+            elif res.get("errors"):
+                found.append(f"{where} {phase}: {res['errors']} errors, e.g. "
+                             f"{'; '.join(res.get('first_errors', []))[:300]}")
+        if o.get("exit_code") not in (0, None):
+            found.append(f"{where}: broker exited with code {o['exit_code']} on SIGTERM")
+    return found
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def profile_section(outcomes: list[dict[str, Any]], out_dir: Path) -> str:
+    folded = [Path(o["profile"]) for o in outcomes
+              if o.get("profile_kind") == "py-spy" and Path(o["profile"]).exists()]
+    pstats_files = [Path(o["profile"]) for o in outcomes
+                    if o.get("profile_kind") == "cprofile" and Path(o["profile"]).exists()]
+    parts = ["## Profile of the oncelog broker", ""]
+    if folded:
+        stacks = profiles.read_folded(folded)
+        svg = out_dir / "oncelog-flamegraph.svg"
+        svg.write_text(profiles.flamegraph_svg(stacks, "oncelog serve, all scenarios"))
+        for path in folded:
+            path.with_suffix(".svg").write_text(
+                profiles.flamegraph_svg(profiles.read_folded([path]), path.stem)
+            )
+        parts.append(
+            f"py-spy, 100 samples/s, all scenarios together ({sum(stacks.values())} samples); "
+            f"flame graphs and folded stacks in `{_shown(out_dir)}/`."
+        )
+        parts.append("")
+        parts.append(profiles.markdown(profiles.summarise(stacks), "Top functions by own samples:"))
+    elif pstats_files:
+        where = _shown(out_dir)
+        parts.append(f"cProfile (py-spy could not attach); files in `{where}/`.")
+        for path in pstats_files:
+            parts.append("")
+            parts.append(profiles.markdown(profiles.summarise_cprofile(path), f"`{path.name}`:"))
+    else:
+        parts.append("No profile was written.")
+    return "\n".join(parts)
+
+
+def write_report(
+    args: argparse.Namespace,
+    argv: list[str],
+    outcomes: list[dict[str, Any]],
+    broker_names: list[str],
+    scenarios: list[Scenario],
+    info: dict[str, str],
+    out_dir: Path,
+) -> str:
+    from bench.scenarios import BASE_CONSUMER, BASE_PRODUCER
+
+    command = " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/run.py", *argv])
+    extras = [f"- `{s.name}`: {s.description}" for s in scenarios if s.description]
+    text = [
+        "# oncelog vs Tansu: produce and consume throughput",
+        "",
+        f"Command: `{command}` — {time.strftime('%Y-%m-%d %H:%M %Z')}",
+        "",
+        "## Machine",
+        "",
+        *[f"- {k}: {v}" for k, v in info.items()],
+        "",
+        "## Method",
+        "",
+        "Both brokers on loopback, one at a time, started fresh for each scenario (oncelog:",
+        "`oncelog serve` with a new data dir on the filesystem above, log level WARNING;",
+        "Tansu: `tansu broker --storage-engine memory://tansu/`, i.e. nothing on disk).",
+        "Producer and consumer are confluent-kafka, each in its own process, same settings",
+        f"for both brokers. Producer: `{json.dumps(dict(BASE_PRODUCER))}`; one unkeyed",
+        "record value of the scenario's size, produced as fast as the client accepts;",
+        "timed from the first `produce()` to the return of the final `flush()`.",
+        f"Consumer: `{json.dumps(dict(BASE_CONSUMER))}`, a fresh group, `consume(10000)`",
+        "until every record is read; timed from the partition assignment to the last record",
+        "(the group join, from `subscribe()` to the assignment, is listed separately).",
+        "MB = 10^6 bytes of record values. "
+        f"Repeats: {args.repeat} (median shown). Scale: {args.scale}.",
+        *(["", *extras] if extras else []),
+        "",
+        "## Results",
+        "",
+        results_table(outcomes, broker_names, scenarios),
+    ]
+    found = problems(outcomes)
+    if found:
+        text += ["", "## Problems", "", *[f"- {p}" for p in found]]
+    if args.profile:
+        text += ["", profile_section(outcomes, out_dir),
+                 "", "(Profiling slows oncelog down; its numbers above are not comparable.)"]
+    return "\n".join(text) + "\n"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--brokers", default="oncelog,tansu")
+    parser.add_argument("--scenarios", default=None,
+                        help="comma-separated names, or 'all' (default: the default set)")
+    parser.add_argument("--scale", type=float, default=1.0, help="share of the records")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per scenario (median)")
+    parser.add_argument("--profile", action="store_true", help="profile oncelog with py-spy")
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "RESULTS.md")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.list:
+        for s in SCENARIOS.values():
+            mark = "" if s.default else "  (not in the default set)"
+            print(f"{s.name}: {s.records} x {s.record_size} B, {s.partitions} partition(s)"
+                  f"{' — ' + s.description if s.description else ''}{mark}")
+        return 0
+    broker_names = [b.strip() for b in args.brokers.split(",") if b.strip()]
+    for name in broker_names:
+        if name not in brokers.BROKERS:
+            raise SystemExit(f"unknown broker {name!r}; known: {', '.join(brokers.BROKERS)}")
+    scenarios = select(args.scenarios)
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = (args.out_dir / run_id).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    outcomes: list[dict[str, Any]] = []
+    for scenario in scenarios:
+        for name in broker_names:
+            for rep in range(args.repeat):
+                logger.info("%s on %s (run %d of %d), %d records", scenario.name, name,
+                            rep + 1, args.repeat, scenario.scaled_records(args.scale))
+                try:
+                    outcome = run_one(name, scenario, args.scale, out_dir, f"r{rep}",
+                                      args.profile and name == "oncelog")
+                except Exception as exc:  # e.g. the broker did not start: report, go on
+                    logger.exception("%s on %s failed", scenario.name, name)
+                    failure = {"records": 0, "bytes": 0, "seconds": 0.0, "errors": 1,
+                               "first_errors": [str(exc).splitlines()[0]]}
+                    outcome = {"broker": name, "scenario": scenario.name,
+                               "records": scenario.scaled_records(args.scale),
+                               "produce": failure, "consume": failure, "exit_code": None}
+                outcomes.append(outcome)
+                for phase in ("produce", "consume"):
+                    r = rate(outcome.get(phase))
+                    logger.info("  %s: %s", phase,
+                                f"{r[0]:,.0f} records/s, {r[1]:.1f} MB/s" if r else "FAILED")
+    (out_dir / "results.json").write_text(json.dumps(outcomes, indent=2))
+
+    tansu_version = None
+    if "tansu" in broker_names:
+        from tests.support.tansu import tansu_binary
+
+        tansu_version = machine._run(str(tansu_binary()), "--version")
+    info = machine.describe(REPO, Path(tempfile.gettempdir()), tansu_version)
+    report = write_report(args, argv, outcomes, broker_names, scenarios, info, out_dir)
+    print(report)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(report)
+    logger.info("wrote %s (details in %s)", args.output, out_dir)
+    return 1 if problems(outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The scenario registry: what each benchmark run produces and consumes.
+
+A scenario is data; ``bench/workload.py`` interprets it in a producer and a consumer process.
+Add one with ``register(Scenario(...))``; ``default=False`` keeps it out of the default set
+(ask for it with ``--scenarios NAME`` or ``--scenarios all``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The same confluent-kafka settings for every broker.
+BASE_PRODUCER: Mapping[str, Any] = {
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.size": 1048576,
+    "compression.type": "none",
+    "enable.idempotence": False,
+    # Delivery reports only for failures: errors are counted without a per-record callback.
+    "delivery.report.only.error": True,
+}
+BASE_CONSUMER: Mapping[str, Any] = {
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    # Tansu answers a new group's JoinGroup after about half the session timeout; keep the
+    # join short for both brokers (join time is reported separately from throughput).
+    "session.timeout.ms": 6000,
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    records: int
+    record_size: int
+    partitions: int
+    producer: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides on top of BASE_PRODUCER."""
+    consumer: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides on top of BASE_CONSUMER."""
+    txn_records: int | None = None
+    """Transactional producer committing every this many records (None: no transactions)."""
+    default: bool = True
+    description: str = ""
+
+    def scaled_records(self, scale: float) -> int:
+        return max(1000, round(self.records * scale))
+
+    def producer_config(self) -> dict[str, Any]:
+        return {**BASE_PRODUCER, **self.producer}
+
+    def consumer_config(self) -> dict[str, Any]:
+        return {**BASE_CONSUMER, **self.consumer}
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def register(scenario: Scenario) -> Scenario:
+    if scenario.name in SCENARIOS:
+        raise ValueError(f"scenario {scenario.name!r} registered twice")
+    SCENARIOS[scenario.name] = scenario
+    return scenario
+
+
+def select(spec: str | None) -> list[Scenario]:
+    """``None``: the default set; ``all``; or comma-separated names."""
+    if not spec:
+        return [s for s in SCENARIOS.values() if s.default]
+    if spec == "all":
+        return list(SCENARIOS.values())
+    chosen = []
+    for name in (part.strip() for part in spec.split(",")):
+        if name not in SCENARIOS:
+            known = ", ".join(SCENARIOS)
+            raise SystemExit(f"unknown scenario {name!r}; known: {known}")
+        chosen.append(SCENARIOS[name])
+    return chosen
+
+
+for _partitions in (1, 4):
+    register(Scenario(f"100B-x1M-{_partitions}p", 1_000_000, 100, _partitions))
+for _partitions in (1, 4):
+    register(Scenario(f"1KiB-x200k-{_partitions}p", 200_000, 1024, _partitions))
+
+register(
+    Scenario(
+        "100B-x1M-4p-idempotent",
+        1_000_000,
+        100,
+        4,
+        producer={"enable.idempotence": True},
+        default=False,
+        description="idempotent producer",
+    )
+)
+register(
+    Scenario(
+        "100B-x1M-4p-txn",
+        1_000_000,
+        100,
+        4,
+        producer={"enable.idempotence": True},
+        txn_records=10_000,
+        consumer={"isolation.level": "read_committed"},
+        default=False,
+        description="transactional producer, a commit every 10k records; read_committed",
+    )
+)
