@@ -1,0 +1,73 @@
+"""The benchmark harness's pure parts: scenario registry, profile summary, report table."""
+
+from __future__ import annotations
+
+import xml.dom.minidom
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench import profiles
+from bench.run import median_phase, rate, results_table
+from bench.scenarios import BASE_PRODUCER, SCENARIOS, Scenario, select
+
+
+def test_default_scenarios_are_the_four_throughput_runs() -> None:
+    names = [s.name for s in select(None)]
+    assert names == ["100B-x1M-1p", "100B-x1M-4p", "1KiB-x200k-1p", "1KiB-x200k-4p"]
+    assert {s.name for s in select("all")} == set(SCENARIOS)
+    assert [s.name for s in select("1KiB-x200k-4p,100B-x1M-1p")] == [
+        "1KiB-x200k-4p",
+        "100B-x1M-1p",
+    ]
+    with pytest.raises(SystemExit):
+        select("nope")
+
+
+def test_scenario_configs_and_scaling() -> None:
+    s = SCENARIOS["100B-x1M-4p-idempotent"]
+    assert s.producer_config()["enable.idempotence"] is True
+    assert s.producer_config()["batch.size"] == 1048576 == BASE_PRODUCER["batch.size"]
+    assert SCENARIOS["100B-x1M-1p"].scaled_records(0.1) == 100_000
+    assert SCENARIOS["100B-x1M-1p"].scaled_records(0.0) == 1000
+
+
+def test_summarise_folded_stacks(tmp_path: Path) -> None:
+    folded = tmp_path / "p.folded"
+    folded.write_text("main (a.py:1);loop (a.py:5) 6\nmain (a.py:1);loop (a.py:5);io (b.py:2) 4\n")
+    stacks = profiles.read_folded([folded])
+    rows = profiles.summarise(stacks)
+    assert [(r.function, r.self_share, r.total_share) for r in rows] == [
+        ("loop (a.py:5)", 0.6, 1.0),
+        ("io (b.py:2)", 0.4, 0.4),
+    ]
+    svg = profiles.flamegraph_svg(stacks, "t <&>")
+    xml.dom.minidom.parseString(svg)
+    assert svg.count("<rect") == 3
+    assert "| `loop (a.py:5)` | 60.0% | 100.0% |" in profiles.markdown(rows, "h")
+    assert profiles.summarise(Counter()) == []
+
+
+def _outcome(broker: str, produce_s: float, consume_errors: int = 0) -> dict[str, object]:
+    return {
+        "broker": broker,
+        "scenario": "x",
+        "records": 1000,
+        "produce": {"records": 1000, "bytes": 100_000, "seconds": produce_s, "errors": 0},
+        "consume": {"records": 1000, "bytes": 100_000, "seconds": 0.5, "errors": consume_errors,
+                    "join_seconds": 3.0},
+    }
+
+
+def test_rate_median_and_table() -> None:
+    assert rate({"records": 1000, "bytes": 10**6, "seconds": 2.0, "errors": 0}) == (500.0, 0.5)
+    assert rate({"records": 1000, "bytes": 10**6, "seconds": 2.0, "errors": 1}) is None
+    runs = [_outcome("oncelog", s) for s in (1.0, 4.0, 2.0)]
+    chosen = median_phase(runs, "produce")
+    assert chosen is not None and chosen["seconds"] == 2.0
+    scenario = Scenario("x", 1000, 100, 1)
+    outcomes = [_outcome("oncelog", 2.0, consume_errors=1), _outcome("tansu", 1.0)]
+    table = results_table(outcomes, ["oncelog", "tansu"], [scenario])
+    assert "| x | 1,000 | produce | 500 | 0.1 | 1,000 | 0.1 | 0.50 |" in table
+    assert "| x | 1,000 | consume | failed | — | 2,000 | 0.2 | — |" in table
