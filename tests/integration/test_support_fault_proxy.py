@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.conftest import ProxiedBroker
 from tests.support.fault_proxy import ANY_API, ApiKey, FaultProxy, FaultRules
 from tests.support.names import unique_group, unique_topic
 from tests.support.net import free_port
@@ -338,3 +339,22 @@ def test_real_client_goes_through_proxy_and_survives_lost_ack(
     assert values and set(values) == {b"v0"}
     assert proxy.stats().requests[ApiKey.FETCH] >= 1
     assert tansu.is_running
+
+
+@pytest.mark.integration
+def test_proxied_broker_fixture_routes_oncelog_clients_through_proxy(
+    proxied_broker: ProxiedBroker,
+) -> None:
+    proxy = proxied_broker.proxy
+    assert proxied_broker.bootstrap == proxy.bootstrap != proxied_broker.broker.bootstrap
+    topic = unique_topic()
+    admin = AdminClient({"bootstrap.servers": proxied_broker.bootstrap})
+    brokers = admin.list_topics(topic, timeout=10).brokers
+    assert {f"{b.host}:{b.port}" for b in brokers.values()} == {proxy.bootstrap}
+    proxy.set_rules(FaultRules(delay={ApiKey.PRODUCE: 0.2}))
+    producer = Producer({"bootstrap.servers": proxied_broker.bootstrap, "acks": "all"})
+    start = time.monotonic()
+    producer.produce(topic, b"through the proxy")
+    assert producer.flush(20) == 0
+    assert time.monotonic() - start >= 0.2
+    assert proxy.stats().responses_delayed[ApiKey.PRODUCE] >= 1
