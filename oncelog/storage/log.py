@@ -686,7 +686,10 @@ class PartitionLog:
             self._closed = True
             for segment in self._segments:
                 segment.close()
-        shutil.rmtree(self._directory, ignore_errors=True)
+        try:
+            shutil.rmtree(self._directory)
+        except FileNotFoundError:
+            pass
         logger.info("%s: deleted", self._directory)
 
     def _check_open(self) -> None:

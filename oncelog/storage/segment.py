@@ -115,7 +115,7 @@ class LogSegment:
         self.rolling_timestamp = -1
         self.bytes_since_index_entry = 0
         self.unflushed = False
-        self.walk_chunk = 16384
+        self.walk_chunk = 8192  # bytes per pread when walking headers
 
     # ------------------------------------------------------------------ lifecycle
 

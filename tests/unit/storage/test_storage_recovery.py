@@ -370,3 +370,24 @@ def test_recovery_rebuilds_header_list(tmp_path: Path) -> None:
     assert list(reopened.batch_headers(0)) == headers_of(data)
     assert len(headers_of(data)) == 4
     reopened.close()
+
+
+def test_restarts_between_appends_build_the_same_offset_index(tmp_path: Path) -> None:
+    """Index state (bytes since the last entry) survives a restart: a log closed and reopened
+    after every append indexes exactly the batches a log that never stopped does."""
+    shapes = [batch(r, value_size=s) for r, s in SHAPES * 4]
+    config = {"index_interval_bytes": 150, "segment_bytes": 900}
+    steady = open_log(tmp_path / "steady", **config)
+    for data in shapes:
+        append(steady, data)
+    steady.close()
+    for data in shapes:
+        log = open_log(tmp_path / "restarted", **config)
+        append(log, data)
+        log.close()
+    names = sorted(p.name for p in (tmp_path / "steady").glob("*.index"))
+    assert len(names) > 1
+    assert names == sorted(p.name for p in (tmp_path / "restarted").glob("*.index"))
+    for name in names:
+        expected = (tmp_path / "steady" / name).read_bytes()
+        assert (tmp_path / "restarted" / name).read_bytes() == expected, name
