@@ -43,13 +43,6 @@ def _open_append(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 
-def _write_all(fd: int, data: bytes | bytearray) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 class _IndexFile:
     """What both index kinds share: the path, a lazily opened append fd, pending bytes."""
 
@@ -66,8 +59,13 @@ class _IndexFile:
             return
         if self._fd is None:
             self._fd = _open_append(self.path)
-        _write_all(self._fd, self._pending)
-        self._pending.clear()
+        data = bytes(self._pending)
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:] if written else data)
+        finally:
+            del self._pending[:written]  # what reached the file is never written twice
 
     def fsync(self) -> None:
         self.write_pending()
@@ -102,7 +100,9 @@ class _IndexFile:
         self.discard()
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, data)
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:] if written else data)
         finally:
             os.close(fd)
 

@@ -685,7 +685,7 @@ class PartitionLog:
         if not self._closed:
             self._closed = True
             for segment in self._segments:
-                segment.close()
+                segment.release()
         try:
             shutil.rmtree(self._directory)
         except FileNotFoundError:

@@ -25,6 +25,7 @@ in ``seal``/``close``; ``SUFFIXES`` already lists the file so deletion removes i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -260,13 +261,17 @@ class LogSegment:
                 os.close(self.fd)
                 self.fd = -1
 
-    def delete(self) -> None:
-        """Close and remove every file of this segment."""
+    def release(self) -> None:
+        """Close every fd without writing anything (the files are about to go)."""
         self.offset_index.discard()
         self.time_index.discard()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def delete(self) -> None:
+        """Close and remove every file of this segment."""
+        self.release()
         for suffix in SUFFIXES:
             self.path(suffix).unlink(missing_ok=True)
 
@@ -279,11 +284,16 @@ class LogSegment:
         end of the log in one ``pwrite``, then index it. On an OSError nothing in memory
         changes and the bytes past ``size`` are garbage the next append overwrites."""
         position = self.size
-        view = memoryview(buf)
         written = 0
-        total = len(view)
-        while written < total:
-            written += os.pwrite(self.fd, view[written:], position + written)
+        total = len(buf)
+        try:
+            with memoryview(buf) as view:  # released even on error: the caller owns buf
+                while written < total:
+                    written += os.pwrite(self.fd, view[written:], position + written)
+        except OSError:
+            with contextlib.suppress(OSError):  # best effort: drop any partial write
+                os.ftruncate(self.fd, position)
+            raise
         base = self.base_offset
         if position == 0:
             self.rolling_timestamp = headers[0].max_timestamp
@@ -311,8 +321,15 @@ class LogSegment:
         self.offset_of_max_timestamp = max_ts_offset
         self.bytes_since_index_entry = since
         self.unflushed = True
-        offset_index.write_pending()
-        time_index.write_pending()
+        try:
+            offset_index.write_pending()
+            time_index.write_pending()
+        except OSError as exc:
+            # The batches are in the log (the append succeeded); the entries stay pending in
+            # memory and are written by the next append or flush, and a restart rebuilds a
+            # short index file.
+            logger.error("%s: segment %d: index write failed: %s", self.directory,
+                         self.base_offset, exc)
 
     # ------------------------------------------------------------------ reads
 

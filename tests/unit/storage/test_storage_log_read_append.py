@@ -303,3 +303,46 @@ def test_closed_log_refuses_operations(tmp_path: Path) -> None:
     with pytest.raises(KafkaError) as info:
         append(log, batch(1))
     assert info.value.code == ErrorCode.kafka_storage_error
+
+
+def test_failed_write_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, batch(2))
+    size = log.size_bytes
+    real_pwrite = os.pwrite
+
+    def disk_full(fd: int, data: bytes, offset: int) -> int:
+        real_pwrite(fd, memoryview(data)[:10], offset)  # a partial write, then ENOSPC
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", disk_full)
+    with pytest.raises(KafkaError) as info:
+        append(log, batch(3))
+    assert info.value.code == ErrorCode.kafka_storage_error
+    monkeypatch.undo()
+    assert (log.log_end_offset, log.size_bytes) == (2, size)
+    assert (tmp_path / "t-0" / "00000000000000000000.log").stat().st_size == size
+    assert append(log, batch(1)).base_offset == 2
+    assert all_offsets(log) == [0, 1, 2]
+    log.close()
+
+
+def test_failed_index_write_does_not_fail_the_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = open_log(tmp_path / "t-0", index_interval_bytes=1)
+    append(log, batch(1), batch(1))
+    real_write = os.write
+
+    def broken(fd: int, data: bytes) -> int:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "write", broken)
+    result = append(log, batch(1), batch(1))  # the log write (pwrite) works
+    assert result.base_offset == 2
+    monkeypatch.setattr(os, "write", real_write)
+    append(log, batch(1))  # pending entries are written now
+    check_every_offset(log)
+    log.close()
+    index = (tmp_path / "t-0" / "00000000000000000000.index").read_bytes()
+    assert [rel for rel, _pos in struct.iter_unpack(">ii", index)] == [1, 2, 3, 4]
