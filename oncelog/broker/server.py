@@ -161,8 +161,8 @@ class Server:
             header, request = decode_request(frame)
         except KafkaError as exc:
             log.warning(
-                "closing connection from %s: API %d v%d: %s",
-                host, head.api_key, head.api_version, exc,
+                "closing connection from %s: API %d v%d: %s (first bytes %s)",
+                host, head.api_key, head.api_version, exc, frame[:96].hex(),
             )
             return False
         ctx = RequestContext(

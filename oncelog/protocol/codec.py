@@ -113,10 +113,10 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
         raise
     except Exception as exc:  # kio raises a variety of errors on malformed input
         raise KafkaError(ErrorCode.invalid_request, f"malformed request: {exc}") from None
-    if pos + used != len(frame):
-        raise KafkaError(
-            ErrorCode.invalid_request, f"{len(frame) - pos - used} trailing bytes in request"
-        )
+    if pos + used > len(frame):
+        raise KafkaError(ErrorCode.invalid_request, "request body runs past its frame")
+    # Trailing bytes are ignored, as Kafka's own parser does: librdkafka sends a few
+    # extra bytes on some versions (e.g. Metadata v12 asking for all topics).
     header = RequestHeader(head.api_key, head.api_version, head.correlation_id, client_id)
     return header, body
 

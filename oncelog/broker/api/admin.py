@@ -48,7 +48,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 validate_only=bool(request.validate_only),
             )
             topic_id, partitions = info.topic_id, info.partitions
-            configs_out = tuple(
+            configs_out = () if not hasattr(mod, "CreatableTopicConfigs") else tuple(
                 make(
                     mod.CreatableTopicConfigs,
                     name=name,
