@@ -1,0 +1,439 @@
+"""oncelog.client: a Kafka producer, consumer and admin client with two-phase commit.
+
+Synchronous classes over the asyncio core in ``oncelog.client.aio``; each instance runs its
+core on its own event loop thread. Configuration is a dict of Kafka's config names::
+
+    producer = Producer({"bootstrap.servers": "localhost:9092", "transactional.id": "t1",
+                         "transaction.two.phase.commit.enable": True})
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("orders", b"value", key=b"k")
+    state = producer.prepare_transaction()        # PreparedTxnState, store str(state)
+    producer.complete_transaction(state)          # commit (abort if it does not match)
+
+``send`` returns a ``concurrent.futures.Future`` of ``RecordMetadata``; ``on_delivery``
+callbacks run on the client's event loop thread and must not call blocking client methods.
+Errors are the classes in ``oncelog.client.errors`` (fatal / abortable / retriable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from oncelog.client._loop import LoopThread
+from oncelog.client.aio.admin import (
+    AIOAdmin,
+    NewTopic,
+    ProducerState,
+    TransactionDescription,
+    TransactionListing,
+)
+from oncelog.client.aio.consumer import AIOConsumer
+from oncelog.client.aio.producer import AIOProducer, DeliveryCallback, HeadersArg
+from oncelog.client.config import ClientConfig
+from oncelog.client.errors import IllegalStateError, KafkaClientError
+from oncelog.client.txn_state import TxnState
+from oncelog.client.types import (
+    ConsumerGroupMetadata,
+    Message,
+    OffsetAndMetadata,
+    PreparedTxnState,
+    RecordMetadata,
+    TopicPartition,
+)
+
+__all__ = [
+    "Admin",
+    "Consumer",
+    "ConsumerGroupMetadata",
+    "KafkaClientError",
+    "Message",
+    "NewTopic",
+    "OffsetAndMetadata",
+    "PreparedTxnState",
+    "Producer",
+    "ProducerState",
+    "RecordMetadata",
+    "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
+    "TxnState",
+]
+
+_SendArgs = tuple[str, Any, Any, int | None, HeadersArg, int | None, DeliveryCallback | None]
+
+
+def _transfer(
+    source: asyncio.Future[RecordMetadata], target: concurrent.futures.Future[RecordMetadata]
+) -> None:
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (exc := source.exception()) is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())
+
+
+class Producer:
+    """Kafka producer: idempotent by default, transactional with ``transactional.id``."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._config = ClientConfig(config)
+        self._loop = LoopThread(f"oncelog-producer-{self._config['client.id']}")
+        self._core = AIOProducer(self._config)
+        self._queue: deque[tuple[_SendArgs, concurrent.futures.Future[RecordMetadata]]] = deque()
+        self._queue_lock = threading.Lock()
+        self._scheduled = False
+        self._processor: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ sending
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: HeadersArg = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue a record. The future resolves to its RecordMetadata once acknowledged, or
+        fails with the error; ``on_delivery(error, metadata)`` is called either way."""
+        if self._closed:
+            raise IllegalStateError("producer is closed")
+        self._core._check_usable()
+        if self._core.transactional_id is not None:
+            self._core.txn.check_call("send")
+        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        args: _SendArgs = (topic, value, key, partition, headers, timestamp, on_delivery)
+        with self._queue_lock:
+            self._queue.append((args, future))
+            schedule = not self._scheduled
+            self._scheduled = True
+        if schedule:
+            self._loop.call_soon(self._kick)
+        return future
+
+    produce = send  # confluent-kafka's name
+
+    def _kick(self) -> None:
+        if self._processor is None or self._processor.done():
+            self._processor = asyncio.get_running_loop().create_task(self._process())
+
+    async def _process(self) -> None:
+        # One task hands records to the core in submission order.
+        while True:
+            with self._queue_lock:
+                if not self._queue:
+                    self._scheduled = False
+                    return
+                items = list(self._queue)
+                self._queue.clear()
+            for args, target in items:
+                topic, value, key, partition, headers, timestamp, on_delivery = args
+                try:
+                    source = await self._core.send(
+                        topic, value, key, partition, headers, timestamp, on_delivery
+                    )
+                except Exception as exc:  # delivered to the caller through the future
+                    if not target.done():
+                        target.set_exception(exc)
+                    if on_delivery is not None and isinstance(exc, KafkaClientError):
+                        on_delivery(exc, None)
+                    continue
+                source.add_done_callback(functools.partial(_transfer, target=target))
+
+    async def _settled(self) -> None:
+        """Wait until every record handed to ``send`` so far is in the core."""
+        while True:
+            processor = self._processor
+            if processor is not None and not processor.done():
+                await asyncio.shield(processor)
+                continue
+            with self._queue_lock:
+                if not self._queue:
+                    return
+            self._kick()
+
+    async def _settled_then(self, coro: Any) -> Any:
+        await self._settled()
+        return await coro
+
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        return self._loop.run(self._settled_then(coro), timeout)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait for every queued record's acknowledgement; returns how many are still
+        outstanding (0 unless ``timeout`` seconds ran out)."""
+        return int(self._run(self._core.flush(timeout)))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return list(self._run(self._core.partitions_for(topic)))
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._core.close(timeout))
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ transactions
+
+    @property
+    def transaction_state(self) -> TxnState:
+        return self._core.txn.state
+
+    @property
+    def producer_id(self) -> int:
+        return self._core.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._core.producer_epoch
+
+    def init_transactions(
+        self, keep_prepared_txn: bool = False, timeout: float | None = None
+    ) -> None:
+        """InitProducerId for ``transactional.id``: fences older instances and aborts their
+        open transaction — unless ``keep_prepared_txn`` (KIP-939), which keeps a prepared
+        transaction so that ``complete_transaction`` can finish it."""
+        self._run(self._core.init_transactions(keep_prepared_txn), timeout)
+
+    def begin_transaction(self) -> None:
+        self._run(self._core.begin_transaction())
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        self._run(self._core.send_offsets_to_transaction(offsets, group_metadata), timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._run(self._core.commit_transaction(), timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._run(self._core.abort_transaction(), timeout)
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
+        """KIP-939 prepare: flush everything, keep the transaction open, return its state."""
+        result = self._run(self._core.prepare_transaction(), timeout)
+        assert isinstance(result, PreparedTxnState)
+        return result
+
+    def complete_transaction(
+        self, state: PreparedTxnState | str, timeout: float | None = None
+    ) -> None:
+        """Commit the prepared transaction if ``state`` matches it, abort it otherwise."""
+        self._run(self._core.complete_transaction(state), timeout)
+
+    @property
+    def prepared_state(self) -> PreparedTxnState | None:
+        return self._core.prepared_state
+
+
+class Consumer:
+    """Kafka consumer: groups (range, cooperative-sticky) or manual assignment;
+    read_committed by default."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._config = ClientConfig(config)
+        self._loop = LoopThread(f"oncelog-consumer-{self._config['client.id']}")
+        self._core = AIOConsumer(self._config)
+        self._closed = False
+
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        return self._loop.run(coro, timeout)
+
+    def subscribe(self, topics: Sequence[str]) -> None:
+        self._run(self._core.subscribe(list(topics)))
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        self._run(self._core.assign([TopicPartition(*tp) for tp in partitions]))
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._core.assignment()
+
+    def poll(self, timeout: float = 1.0) -> list[Message]:
+        """Up to ``max.poll.records`` records, waiting at most ``timeout`` seconds."""
+        return list(self._run(self._core.poll(timeout)))
+
+    def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
+        self._run(self._core.seek(TopicPartition(*tp), offset))
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._run(self._core.seek_to_beginning(partitions))
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """To the end of each partition: the LSO under read_committed."""
+        self._run(self._core.seek_to_end(partitions))
+
+    def position(self, tp: TopicPartition | tuple[str, int]) -> int:
+        return int(self._run(self._core.position(TopicPartition(*tp))))
+
+    def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None
+    ) -> None:
+        self._run(self._core.commit(offsets))
+
+    def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        return dict(self._run(self._core.committed(partitions)))
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Log end offsets (the LSO under read_committed)."""
+        return dict(
+            self._run(self._core.list_offsets([TopicPartition(*tp) for tp in partitions], -1))
+        )
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict(
+            self._run(self._core.list_offsets([TopicPartition(*tp) for tp in partitions], -2))
+        )
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._core.group_metadata()
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self._core.pause(partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._loop.call_soon(self._core.resume, list(partitions))
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._core.close(), timeout)
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Admin:
+    """Topics, transactions and producers."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._config = ClientConfig(config)
+        self._loop = LoopThread(f"oncelog-admin-{self._config['client.id']}")
+        self._core = AIOAdmin(self._config)
+        self._closed = False
+
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        return self._loop.run(coro, timeout)
+
+    def create_topics(
+        self, topics: Sequence[NewTopic], *, timeout_ms: int = 30000, validate_only: bool = False
+    ) -> dict[str, KafkaClientError | None]:
+        """Create topics; returns each topic's error, None for success."""
+        return dict(
+            self._run(
+                self._core.create_topics(topics, timeout_ms=timeout_ms, validate_only=validate_only)
+            )
+        )
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create one topic; raises its error."""
+        errors = self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, dict(config or {}))]
+        )
+        if errors.get(name) is not None:
+            raise errors[name]  # type: ignore[misc]
+
+    def delete_topics(
+        self, names: Sequence[str], *, timeout_ms: int = 30000
+    ) -> dict[str, KafkaClientError | None]:
+        return dict(self._run(self._core.delete_topics(names, timeout_ms=timeout_ms)))
+
+    def list_topics(self) -> dict[str, int]:
+        return dict(self._run(self._core.list_topics()))
+
+    def list_transactions(
+        self,
+        *,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_filter_ms: int = -1,
+    ) -> list[TransactionListing]:
+        return list(
+            self._run(
+                self._core.list_transactions(
+                    states=states, producer_ids=producer_ids, duration_filter_ms=duration_filter_ms
+                )
+            )
+        )
+
+    def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> dict[str, TransactionDescription]:
+        return dict(self._run(self._core.describe_transactions(list(transactional_ids))))
+
+    def describe_producers(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        return dict(self._run(self._core.describe_producers(list(partitions))))
+
+    def force_terminate_transaction(self, transactional_id: str) -> None:
+        """KIP-939 forceTerminateTransaction: abort the ongoing (even prepared) transaction."""
+        self._run(self._core.force_terminate_transaction(transactional_id))
+
+    def abort_transaction(
+        self,
+        topic_partition: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        """Not supported (needs the inter-broker WriteTxnMarkers); raises NotSupportedError."""
+        self._run(
+            self._core.abort_transaction(
+                topic_partition, producer_id, producer_epoch, coordinator_epoch
+            )
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._core.close())
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,363 @@
+"""The asyncio admin client: topics, transactions, producers.
+
+Transaction operations go to the transaction coordinator of each id (DescribeTransactions,
+InitProducerId for force-termination) or to every broker (ListTransactions);
+DescribeProducers goes to each partition's leader.
+
+``force_terminate_transaction(id)`` is KIP-939's forceTerminateTransaction: an
+InitProducerId for that transactional id *without* KeepPreparedTxn, which aborts whatever is
+ongoing (prepared 2PC transactions included) and fences the current producer.
+``abort_transaction`` (Java's Admin.abortTransaction for hanging transactions) needs
+WriteTxnMarkers, which Kafka only accepts from brokers; it raises NotSupportedError here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from oncelog.client.aio.client import COORDINATOR_TRANSACTION, KafkaClient
+from oncelog.client.config import ClientConfig
+from oncelog.client.errors import (
+    KafkaClientError,
+    NotSupportedError,
+    RetriableError,
+    error_for,
+)
+from oncelog.client.types import TopicPartition
+from oncelog.client.wire import nested, request
+from oncelog.errors import ErrorCode
+from oncelog.protocol import versions as api
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AIOAdmin", "NewTopic", "ProducerState", "TransactionDescription", "TransactionListing"]
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+def _describe_producers_request(by_topic: Mapping[str, list[int]], version: int) -> Any:
+    return request(
+        api.DESCRIBE_PRODUCERS,
+        version,
+        topics=tuple(
+            nested(
+                api.DESCRIBE_PRODUCERS, version, "TopicRequest", name=t, partition_indexes=tuple(ps)
+            )
+            for t, ps in by_topic.items()
+        ),
+    )
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+class AIOAdmin:
+    def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
+        self.config = config if isinstance(config, ClientConfig) else ClientConfig(config)
+        self.client = KafkaClient(self.config)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def _controller(self) -> int | None:
+        await self.client.refresh_metadata()
+        controller = self.client.metadata.controller_id
+        return controller if controller >= 0 else None
+
+    # ---------------------------------------------------------------- topics
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, timeout_ms: int = 30000, validate_only: bool = False
+    ) -> dict[str, KafkaClientError | None]:
+        """Create topics; returns each topic's error (None on success)."""
+        node = await self._controller()
+
+        def build(version: int) -> Any:
+            return request(
+                api.CREATE_TOPICS,
+                version,
+                timeout=timeout_ms,
+                validate_only=validate_only,
+                topics=tuple(
+                    nested(
+                        api.CREATE_TOPICS,
+                        version,
+                        "CreatableTopic",
+                        name=t.name,
+                        num_partitions=t.num_partitions,
+                        replication_factor=t.replication_factor,
+                        assignments=(),
+                        configs=tuple(
+                            nested(
+                                api.CREATE_TOPICS,
+                                version,
+                                "CreatableTopicConfig",
+                                name=k,
+                                value=str(v),
+                            )
+                            for k, v in t.config.items()
+                        ),
+                    )
+                    for t in topics
+                ),
+            )
+
+        response = await self.client.call(
+            node, api.CREATE_TOPICS, build, timeout_ms=timeout_ms + self.client.request_timeout_ms
+        )
+        out: dict[str, KafkaClientError | None] = {}
+        for result in response.topics:
+            code = ErrorCode(result.error_code)
+            out[result.name] = (
+                None
+                if code == ErrorCode.none
+                else error_for(code, getattr(result, "error_message", None) or result.name)
+            )
+        return out
+
+    async def delete_topics(
+        self, names: Sequence[str], *, timeout_ms: int = 30000
+    ) -> dict[str, KafkaClientError | None]:
+        node = await self._controller()
+
+        def build(version: int) -> Any:
+            if version >= 6:
+                return request(
+                    api.DELETE_TOPICS,
+                    version,
+                    timeout=timeout_ms,
+                    topics=tuple(
+                        nested(
+                            api.DELETE_TOPICS, version, "DeleteTopicState", name=n, topic_id=None
+                        )
+                        for n in names
+                    ),
+                )
+            return request(api.DELETE_TOPICS, version, timeout=timeout_ms, topic_names=tuple(names))
+
+        response = await self.client.call(
+            node, api.DELETE_TOPICS, build, timeout_ms=timeout_ms + self.client.request_timeout_ms
+        )
+        out: dict[str, KafkaClientError | None] = {}
+        for result in response.responses:
+            code = ErrorCode(result.error_code)
+            out[str(result.name)] = (
+                None
+                if code == ErrorCode.none
+                else error_for(code, getattr(result, "error_message", None) or str(result.name))
+            )
+        return out
+
+    async def list_topics(self) -> dict[str, int]:
+        """Topic name -> partition count."""
+        meta = await self.client.refresh_metadata(all_topics=True)
+        return {
+            name: info.num_partitions
+            for name, info in meta.topics.items()
+            if info.error == ErrorCode.none
+        }
+
+    # ---------------------------------------------------------------- transactions
+
+    async def list_transactions(
+        self,
+        *,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_filter_ms: int = -1,
+    ) -> list[TransactionListing]:
+        await self.client.refresh_metadata()
+        out: list[TransactionListing] = []
+        for node in sorted(self.client.metadata.brokers):
+            response = await self.client.call(
+                node,
+                api.LIST_TRANSACTIONS,
+                lambda v: request(
+                    api.LIST_TRANSACTIONS,
+                    v,
+                    state_filters=tuple(states),
+                    producer_id_filters=tuple(producer_ids),
+                    duration_filter=duration_filter_ms,
+                ),
+            )
+            if response.error_code != ErrorCode.none:
+                raise error_for(response.error_code, f"ListTransactions on broker {node}")
+            out.extend(
+                TransactionListing(t.transactional_id, int(t.producer_id), t.transaction_state)
+                for t in response.transaction_states
+            )
+        return out
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> dict[str, TransactionDescription]:
+        out: dict[str, TransactionDescription] = {}
+        for txn_id in transactional_ids:
+
+            async def attempt(txn_id: str = txn_id) -> TransactionDescription:
+                node = await self.client.find_coordinator(COORDINATOR_TRANSACTION, txn_id)
+                try:
+                    response = await self.client.call(
+                        node,
+                        api.DESCRIBE_TRANSACTIONS,
+                        lambda v: request(
+                            api.DESCRIBE_TRANSACTIONS, v, transactional_ids=(txn_id,)
+                        ),
+                    )
+                except RetriableError:
+                    self.client.invalidate_coordinator(COORDINATOR_TRANSACTION, txn_id)
+                    raise
+                state = response.transaction_states[0]
+                code = ErrorCode(state.error_code)
+                if code != ErrorCode.none:
+                    if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+                        self.client.invalidate_coordinator(COORDINATOR_TRANSACTION, txn_id)
+                    raise error_for(code, f"DescribeTransactions {txn_id}")
+                return TransactionDescription(
+                    transactional_id=state.transactional_id,
+                    state=state.transaction_state,
+                    producer_id=int(state.producer_id),
+                    producer_epoch=int(state.producer_epoch),
+                    timeout_ms=_ms(state.transaction_timeout),
+                    start_time_ms=_ms(state.transaction_start_time)
+                    if state.transaction_start_time is not None
+                    else -1,
+                    partitions=tuple(
+                        TopicPartition(t.topic, int(p)) for t in state.topics for p in t.partitions
+                    ),
+                )
+
+            out[txn_id] = await self.client.retrying(attempt, what=f"DescribeTransactions {txn_id}")
+        return out
+
+    async def describe_producers(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        tps = [TopicPartition(*tp) for tp in partitions]
+        by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+        for tp in tps:
+            await self.client.topic_info(tp.topic)
+            by_leader[self.client.leader_for(tp.topic, tp.partition)].append(tp)
+        out: dict[TopicPartition, list[ProducerState]] = {}
+        for leader, items in by_leader.items():
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for tp in items:
+                by_topic[tp.topic].append(tp.partition)
+            response = await self.client.call(
+                leader,
+                api.DESCRIBE_PRODUCERS,
+                functools.partial(_describe_producers_request, dict(by_topic)),
+            )
+            for topic in response.topics:
+                for part in topic.partitions:
+                    code = ErrorCode(part.error_code)
+                    if code != ErrorCode.none:
+                        raise error_for(
+                            code, f"DescribeProducers {topic.name}-{part.partition_index}"
+                        )
+                    out[TopicPartition(topic.name, int(part.partition_index))] = [
+                        ProducerState(
+                            int(p.producer_id),
+                            int(p.producer_epoch),
+                            int(p.last_sequence),
+                            int(p.last_timestamp),
+                            int(p.coordinator_epoch),
+                            int(p.current_txn_start_offset),
+                        )
+                        for p in part.active_producers
+                    ]
+        return out
+
+    async def force_terminate_transaction(self, transactional_id: str) -> None:
+        """Abort ``transactional_id``'s ongoing transaction, prepared or not (KIP-939):
+        InitProducerId without KeepPreparedTxn, which also fences its current producer."""
+
+        async def attempt() -> None:
+            node = await self.client.find_coordinator(COORDINATOR_TRANSACTION, transactional_id)
+            try:
+                response = await self.client.call(
+                    node,
+                    api.INIT_PRODUCER_ID,
+                    lambda v: request(
+                        api.INIT_PRODUCER_ID,
+                        v,
+                        transactional_id=transactional_id,
+                        transaction_timeout=self.config["transaction.timeout.ms"],
+                        producer_id=-1,
+                        producer_epoch=-1,
+                        enable2_pc=False,
+                        keep_prepared_txn=False,
+                    ),
+                )
+            except RetriableError:
+                self.client.invalidate_coordinator(COORDINATOR_TRANSACTION, transactional_id)
+                raise
+            code = ErrorCode(response.error_code)
+            if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+                self.client.invalidate_coordinator(COORDINATOR_TRANSACTION, transactional_id)
+            if code != ErrorCode.none:
+                raise error_for(code, f"force-terminate {transactional_id}")
+
+        await self.client.retrying(attempt, what=f"force-terminate {transactional_id}")
+        logger.info("force-terminated transaction %r", transactional_id)
+
+    async def abort_transaction(
+        self,
+        topic_partition: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        """Java's Admin.abortTransaction (hanging transactions) — not offered: it writes
+        markers with WriteTxnMarkers, an inter-broker API. Use force_terminate_transaction
+        for a transaction whose transactional id is known."""
+        raise NotSupportedError(
+            "abort_transaction needs WriteTxnMarkers, which brokers accept only from other "
+            "brokers; use force_terminate_transaction(transactional_id), or `oncelog txn abort` "
+            "on the broker host"
+        )

@@ -1,0 +1,240 @@
+"""One TCP connection to one broker: framing, correlation ids, pipelining, versions.
+
+Requests are written as they come (several may be in flight; Kafka answers them in order
+on a connection) and a reader task matches each response frame to its request by
+correlation id. The first exchange is ApiVersions; afterwards ``version(api_key)`` is the
+highest version both this client and the broker support. A request that gets no answer
+within ``request.timeout.ms`` closes the connection (as the Java client does), failing every
+request in flight on it with a retriable error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+from typing import Any
+
+from oncelog.client.errors import (
+    BrokerConnectionError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+    error_for,
+)
+from oncelog.client.wire import (
+    CLIENT_VERSIONS,
+    decode_response,
+    encode_request,
+    negotiate,
+    request,
+    response_correlation_id,
+)
+from oncelog.errors import ErrorCode
+from oncelog.protocol import versions as api
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BrokerConnection"]
+
+_SIZE = struct.Struct(">i")
+_MAX_FRAME = 256 * 1024 * 1024
+SOFTWARE_NAME = "oncelog-python"
+SOFTWARE_VERSION = "0.1.0"
+
+
+class BrokerConnection:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        node_id: int = -1,
+        client_id: str | None = "oncelog",
+        request_timeout_ms: int = 30000,
+        connect_timeout_ms: int = 10000,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._correlation = itertools.count(1)
+        self._closed = False
+        self._close_reason: str = ""
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._closed
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def connect(self) -> None:
+        try:
+            async with asyncio.timeout(self.connect_timeout_ms / 1000):
+                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        except (OSError, TimeoutError) as exc:
+            self._closed = True
+            raise BrokerConnectionError(
+                f"cannot connect to {self.host}:{self.port}: {exc or type(exc).__name__}"
+            ) from None
+        self._read_task = asyncio.get_running_loop().create_task(
+            self._read_loop(), name=f"oncelog-conn-{self.host}:{self.port}"
+        )
+        await self._negotiate()
+        logger.debug("connected to node %s at %s:%s", self.node_id, self.host, self.port)
+
+    async def _negotiate(self) -> None:
+        version = CLIENT_VERSIONS[api.API_VERSIONS][1]
+        for _ in range(2):
+            body = request(
+                api.API_VERSIONS,
+                version,
+                client_software_name=SOFTWARE_NAME,
+                client_software_version=SOFTWARE_VERSION,
+            )
+            try:
+                response = await self.send(body)
+            except BrokerConnectionError:
+                raise
+            if response.error_code == ErrorCode.unsupported_version:
+                offered = {
+                    int(k.api_key): (int(k.min_version), int(k.max_version))
+                    for k in response.api_keys
+                }
+                chosen = negotiate(api.API_VERSIONS, offered.get(api.API_VERSIONS, (0, 0)))
+                if chosen is None or chosen == version:
+                    break
+                version = chosen
+                continue
+            if response.error_code != ErrorCode.none:
+                raise error_for(response.error_code, "ApiVersions")
+            self.broker_versions = {
+                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+            }
+            return
+        await self.close("ApiVersions negotiation failed")
+        raise UnsupportedVersionError(f"{self.host}:{self.port} refused every ApiVersions version")
+
+    async def close(self, reason: str = "closed") -> None:
+        if self._closed and self._writer is None:
+            return
+        self._closed = True
+        self._close_reason = reason
+        self._fail_pending(BrokerConnectionError(f"connection to {self.host}:{self.port} {reason}"))
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        task, self._read_task = self._read_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    def _fail_pending(self, exc: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for _, _, future in pending.values():
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()  # the waiter may have been cancelled; no "never retrieved"
+
+    # ---------------------------------------------------------------- requests
+
+    def version(self, api_key: int) -> int:
+        """The version to use for ``api_key``; UnsupportedVersionError if none fits."""
+        chosen = negotiate(api_key, self.broker_versions.get(api_key))
+        if chosen is None:
+            raise UnsupportedVersionError(
+                f"broker {self.host}:{self.port} serves api {api_key} in versions "
+                f"{self.broker_versions.get(api_key)}, client needs {CLIENT_VERSIONS.get(api_key)}"
+            )
+        return chosen
+
+    def supports(self, api_key: int) -> bool:
+        return negotiate(api_key, self.broker_versions.get(api_key)) is not None
+
+    async def send(
+        self, body: Any, *, expect_response: bool = True, timeout_ms: int | None = None
+    ) -> Any:
+        """Send one request entity; return the decoded response (None without one)."""
+        if self._closed or self._writer is None:
+            raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
+        correlation_id = next(self._correlation)
+        frame = encode_request(correlation_id, self.client_id, body)
+        future: asyncio.Future[Any] | None = None
+        if expect_response:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[correlation_id] = (int(body.__api_key__), int(body.__version__), future)
+        try:
+            self._writer.write(frame)
+            await self._writer.drain()
+        except (OSError, RuntimeError) as exc:
+            await self.close(f"write failed: {exc}")
+            raise BrokerConnectionError(f"write to {self.host}:{self.port} failed: {exc}") from None
+        if future is None:
+            return None
+        timeout = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            self._pending.pop(correlation_id, None)
+            await self.close("timed out")
+            raise KafkaTimeoutError(
+                f"no response to api {int(body.__api_key__)} from {self.host}:{self.port} "
+                f"within {timeout:.1f}s"
+            ) from None
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        reason = "closed by broker"
+        try:
+            while True:
+                prefix = await self._reader.readexactly(4)
+                (size,) = _SIZE.unpack(prefix)
+                if size < 4 or size > _MAX_FRAME:
+                    reason = f"bad frame size {size}"
+                    break
+                frame = await self._reader.readexactly(size)
+                correlation_id = response_correlation_id(frame)
+                entry = self._pending.pop(correlation_id, None)
+                if entry is None:
+                    logger.warning(
+                        "%r: response to unknown correlation id %d", self, correlation_id
+                    )
+                    continue
+                api_key, version, future = entry
+                try:
+                    body = decode_response(api_key, version, frame)
+                except Exception as exc:  # kio raises various errors on bad bytes
+                    if api_key == api.API_VERSIONS and version > 0:
+                        # A broker that does not know our version answers with v0.
+                        body = decode_response(api_key, 0, frame)
+                    else:
+                        reason = f"undecodable response to api {api_key} v{version}: {exc}"
+                        if not future.done():
+                            future.set_exception(BrokerConnectionError(reason))
+                        break
+                if not future.done():
+                    future.set_result(body)
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            reason = f"connection lost: {exc or type(exc).__name__}"
+        except asyncio.CancelledError:
+            raise
+        self._closed = True
+        self._close_reason = reason
+        self._fail_pending(BrokerConnectionError(f"{self.host}:{self.port}: {reason}"))
+        if self._writer is not None:
+            self._writer.close()

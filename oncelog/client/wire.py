@@ -1,0 +1,147 @@
+"""Client-side framing and version negotiation, sans-IO.
+
+``encode_request`` gives a whole request frame (size, header, body); ``decode_response``
+reads a response frame's header and body for the api key and version it answers. Bodies are
+kio entities; ``request(api_key, version, **fields)`` and ``nested(...)`` build them from
+a superset of field names so each API is written once for all versions (see
+``oncelog.protocol.build.make``).
+
+``CLIENT_VERSIONS`` bounds each API to the versions whose semantics this client implements
+(for instance Produce stops at v11: v12 means KIP-890's implicit AddPartitionsToTxn, which
+this client does not do). ``negotiate`` picks the highest version both sides support.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import struct
+from typing import Any, Final
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from oncelog.protocol import versions as api
+from oncelog.protocol.build import make, request_module
+
+__all__ = [
+    "CLIENT_VERSIONS",
+    "decode_response",
+    "encode_request",
+    "negotiate",
+    "nested",
+    "request",
+]
+
+CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    api.PRODUCE: (3, 11),
+    api.FETCH: (4, 12),
+    api.LIST_OFFSETS: (1, 8),
+    api.METADATA: (1, 12),
+    api.OFFSET_COMMIT: (2, 8),
+    api.OFFSET_FETCH: (1, 8),
+    api.FIND_COORDINATOR: (0, 6),
+    api.JOIN_GROUP: (0, 9),
+    api.HEARTBEAT: (0, 4),
+    api.LEAVE_GROUP: (0, 5),
+    api.SYNC_GROUP: (0, 5),
+    api.API_VERSIONS: (0, 4),
+    api.CREATE_TOPICS: (2, 7),
+    api.DELETE_TOPICS: (1, 6),
+    api.INIT_PRODUCER_ID: (0, 6),
+    api.ADD_PARTITIONS_TO_TXN: (0, 3),
+    api.ADD_OFFSETS_TO_TXN: (0, 4),
+    api.END_TXN: (0, 4),
+    api.TXN_OFFSET_COMMIT: (0, 4),
+    api.DESCRIBE_PRODUCERS: (0, 0),
+    api.DESCRIBE_TRANSACTIONS: (0, 0),
+    api.LIST_TRANSACTIONS: (0, 2),
+}
+
+_HEAD = struct.Struct(">ihhih")
+_I32 = struct.Struct(">i")
+
+
+def negotiate(api_key: int, broker_range: tuple[int, int] | None) -> int | None:
+    """Highest version in both ranges, or None when they do not overlap."""
+    ours = CLIENT_VERSIONS.get(api_key)
+    if ours is None or broker_range is None:
+        return None
+    low = max(ours[0], broker_range[0])
+    high = min(ours[1], broker_range[1])
+    return high if high >= low else None
+
+
+@functools.cache
+def _writer(cls: Any) -> Any:
+    return entity_writer(cls)
+
+
+@functools.cache
+def _reader(cls: Any) -> Any:
+    return entity_reader(cls)
+
+
+def request(api_key: int, version: int, /, **fields: Any) -> Any:
+    """The request entity of ``api_key``/``version`` from those ``fields`` it has."""
+    return make(load_request_schema(api_key, version), **fields)
+
+
+def nested(api_key: int, version: int, name: str, /, **fields: Any) -> Any:
+    """A nested request entity (e.g. ``"TopicProduceData"``) of that version."""
+    cls = getattr(request_module(api_key, version), name)
+    return make(cls, **fields)
+
+
+def encode_request(correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """A whole frame: size, header v1 (v2 when the request is flexible), body."""
+    api_key, version = int(body.__api_key__), int(body.__version__)
+    out = io.BytesIO()
+    cid = client_id.encode() if client_id is not None else None
+    out.write(_HEAD.pack(0, api_key, version, correlation_id, -1 if cid is None else len(cid)))
+    if cid:
+        out.write(cid)
+    if body.__flexible__:
+        out.write(b"\0")  # no tagged fields in the header
+    writer: Any = _writer
+    writer(type(body))(out, body)
+    data = out.getbuffer()
+    _I32.pack_into(data, 0, len(data) - 4)
+    frame = bytes(data)
+    data.release()
+    return frame
+
+
+def _skip_tagged_fields(frame: bytes, pos: int) -> int:
+    count, pos = _uvarint(frame, pos)
+    for _ in range(count):
+        _, pos = _uvarint(frame, pos)
+        size, pos = _uvarint(frame, pos)
+        pos += size
+    return pos
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def response_correlation_id(frame: bytes) -> int:
+    return int(_I32.unpack_from(frame, 0)[0])
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> Any:
+    """The body of a response frame (without its 4-byte size prefix)."""
+    cls = load_response_schema(api_key, version)
+    pos = 4
+    if cls.__flexible__ and api_key != api.API_VERSIONS:
+        pos = _skip_tagged_fields(frame, pos)
+    body, _ = _reader(cls)(frame, pos)
+    return body
