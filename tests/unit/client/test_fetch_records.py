@@ -1,0 +1,151 @@
+"""Aborted-transaction filtering over hand-built fetch data (KIP-98 "Consumer" section)."""
+
+from __future__ import annotations
+
+from oncelog.client.fetch_records import decode_fetched
+from oncelog.records.batch import set_base_offset
+from oncelog.records.codec import RecordInput, encode_batch
+from oncelog.records.control import ControlType, encode_marker_batch
+
+
+def data_batch(base: int, values: list[bytes], pid: int = -1, transactional: bool = False) -> bytes:
+    return encode_batch(
+        [RecordInput(value=v, timestamp=1000 + i) for i, v in enumerate(values)],
+        base_offset=base,
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=0 if pid >= 0 else -1,
+        transactional=transactional,
+    )
+
+
+def marker(base: int, pid: int, kind: ControlType) -> bytes:
+    buf = bytearray(encode_marker_batch(kind, pid, 0, 0, 2000))
+    set_base_offset(buf, 0, base)
+    return bytes(buf)
+
+
+def values(result: object) -> list[bytes | None]:
+    return [m.value for m in result.messages]  # type: ignore[attr-defined]
+
+
+# Log: 0-1 txn pid 7 | 2 plain | 3 txn pid 8 | 4 ABORT(7) | 5 COMMIT(8) | 6 txn pid 7 | 7 COMMIT(7)
+LOG = b"".join(
+    [
+        data_batch(0, [b"a7-0", b"a7-1"], pid=7, transactional=True),
+        data_batch(2, [b"plain"]),
+        data_batch(3, [b"c8"], pid=8, transactional=True),
+        marker(4, 7, ControlType.ABORT),
+        marker(5, 8, ControlType.COMMIT),
+        data_batch(6, [b"c7"], pid=7, transactional=True),
+        marker(7, 7, ControlType.COMMIT),
+    ]
+)
+
+
+def test_read_committed_drops_aborted_and_control_records() -> None:
+    result = decode_fetched("t", 0, LOG, 0, read_committed=True, aborted_transactions=[(7, 0)])
+    assert values(result) == [b"plain", b"c8", b"c7"]
+    assert [m.offset for m in result.messages] == [2, 3, 6]
+    assert result.next_offset == 8
+
+
+def test_read_uncommitted_returns_everything_but_markers() -> None:
+    result = decode_fetched("t", 0, LOG, 0, read_committed=False, aborted_transactions=[(7, 0)])
+    assert values(result) == [b"a7-0", b"a7-1", b"plain", b"c8", b"c7"]
+    assert result.next_offset == 8
+
+
+def test_without_aborted_list_transactions_count_as_committed() -> None:
+    result = decode_fetched("t", 0, LOG, 0, read_committed=True, aborted_transactions=None)
+    assert values(result) == [b"a7-0", b"a7-1", b"plain", b"c8", b"c7"]
+
+
+def test_aborted_entry_only_applies_from_its_first_offset() -> None:
+    # pid 7 aborted a transaction starting at offset 6: the earlier batch (0-1) is committed.
+    log = b"".join(
+        [
+            data_batch(0, [b"early"], pid=7, transactional=True),
+            marker(1, 7, ControlType.COMMIT),
+            data_batch(2, [b"late"], pid=7, transactional=True),
+            marker(3, 7, ControlType.ABORT),
+        ]
+    )
+    result = decode_fetched("t", 0, log, 0, read_committed=True, aborted_transactions=[(7, 2)])
+    assert values(result) == [b"early"]
+    assert result.next_offset == 4
+
+
+def test_abort_marker_ends_the_aborted_range() -> None:
+    # Aborted txn of pid 9 at 0, its ABORT at 1, then a new (committed) txn of pid 9 at 2.
+    log = b"".join(
+        [
+            data_batch(0, [b"x"], pid=9, transactional=True),
+            marker(1, 9, ControlType.ABORT),
+            data_batch(2, [b"y"], pid=9, transactional=True),
+            marker(3, 9, ControlType.COMMIT),
+        ]
+    )
+    result = decode_fetched("t", 0, log, 0, read_committed=True, aborted_transactions=[(9, 0)])
+    assert values(result) == [b"y"]
+
+
+def test_interleaved_producers_only_the_aborted_one_is_dropped() -> None:
+    log = b"".join(
+        [
+            data_batch(0, [b"p1-a"], pid=1, transactional=True),
+            data_batch(1, [b"p2-a"], pid=2, transactional=True),
+            data_batch(2, [b"p1-b"], pid=1, transactional=True),
+            marker(3, 2, ControlType.COMMIT),
+            marker(4, 1, ControlType.ABORT),
+        ]
+    )
+    result = decode_fetched("t", 0, log, 0, read_committed=True, aborted_transactions=[(1, 0)])
+    assert values(result) == [b"p2-a"]
+    assert result.next_offset == 5
+
+
+def test_non_transactional_batch_of_an_aborted_pid_is_kept() -> None:
+    log = b"".join(
+        [
+            data_batch(0, [b"txn"], pid=5, transactional=True),
+            data_batch(1, [b"idempotent"], pid=5, transactional=False),
+            marker(2, 5, ControlType.ABORT),
+        ]
+    )
+    result = decode_fetched("t", 0, log, 0, read_committed=True, aborted_transactions=[(5, 0)])
+    assert values(result) == [b"idempotent"]
+
+
+def test_records_below_the_fetch_offset_are_skipped() -> None:
+    log = data_batch(10, [b"a", b"b", b"c"])
+    result = decode_fetched("t", 0, log, 11, read_committed=True)
+    assert [m.offset for m in result.messages] == [11, 12]
+    assert result.next_offset == 13
+
+
+def test_only_markers_still_advance_the_position() -> None:
+    log = marker(20, 3, ControlType.COMMIT)
+    result = decode_fetched("t", 0, log, 20, read_committed=True)
+    assert result.messages == []
+    assert result.next_offset == 21
+
+
+def test_partial_trailing_batch_is_left_for_the_next_fetch() -> None:
+    whole = data_batch(0, [b"one"])
+    partial = data_batch(1, [b"two" * 50])[:40]
+    result = decode_fetched("t", 0, whole + partial, 0, read_committed=True)
+    assert values(result) == [b"one"]
+    assert result.next_offset == 1
+
+
+def test_empty_data() -> None:
+    assert decode_fetched("t", 0, b"", 5, read_committed=True).next_offset == 5
+    assert decode_fetched("t", 0, None, 5, read_committed=False).messages == []
+
+
+def test_message_fields() -> None:
+    batch = encode_batch([RecordInput(b"k", b"v", (("h", b"1"),), 1234)], base_offset=3)
+    (msg,) = decode_fetched("topic", 2, batch, 0, read_committed=False).messages
+    assert (msg.topic, msg.partition, msg.offset, msg.timestamp) == ("topic", 2, 3, 1234)
+    assert (msg.key, msg.value, msg.headers) == (b"k", b"v", (("h", b"1"),))
