@@ -1,0 +1,241 @@
+"""Transaction APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
+WriteTxnMarkers (27), DescribeTransactions (65), ListTransactions (66).
+
+Thin: validate what only the broker knows (do the topics exist), call the transaction
+coordinator at ``ctx.broker.transactions``, build the response. InitProducerId lives in
+``producers.py``; TxnOffsetCommit belongs to the group coordinator.
+
+Clients that predate PRODUCER_FENCED (AddPartitionsToTxn/AddOffsetsToTxn/EndTxn below v2)
+get INVALID_PRODUCER_EPOCH instead, as Kafka answers them. Version ranges: librdkafka,
+kafka-python (<= v3 of the client APIs) and aiokafka (v0) all fit; v4+ of
+AddPartitionsToTxn is the batched form a partition leader uses (KIP-890).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
+
+from oncelog.broker.api import RequestContext, handles
+from oncelog.errors import ErrorCode
+from oncelog.protocol import versions
+from oncelog.protocol.build import make, response_module
+
+if TYPE_CHECKING:
+    from oncelog.coordinator.transaction import TopicPartition, TransactionCoordinator
+
+log = logging.getLogger(__name__)
+
+
+def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
+    coordinator = getattr(ctx.broker, "transactions", None)
+    if coordinator is None:
+        raise RuntimeError("the broker has no transaction coordinator (broker.transactions)")
+    return cast("TransactionCoordinator", coordinator)
+
+
+def _for_old_clients(code: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
+    """PRODUCER_FENCED as INVALID_PRODUCER_EPOCH for versions that do not know it."""
+    if code is ErrorCode.producer_fenced and version < fenced_since:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+def _topic_results(mod: Any, answers: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), code in answers.items():
+        by_topic.setdefault(topic, []).append(
+            make(mod.AddPartitionsToTxnPartitionResult, partition_index=index,
+                 partition_error_code=code)
+        )
+    return tuple(
+        make(mod.AddPartitionsToTxnTopicResult, name=topic, results_by_partition=tuple(parts))
+        for topic, parts in by_topic.items()
+    )
+
+
+async def _add_partitions(
+    ctx: RequestContext,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    topics: Iterable[Any],
+    verify_only: bool,
+) -> dict[TopicPartition, ErrorCode]:
+    wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+    registry = ctx.broker.partitions
+    missing = {tp for tp in wanted if registry.find(tp[0], tp[1]) is None}
+    if missing:
+        # One bad partition fails the whole request; the others were not attempted.
+        return {
+            tp: ErrorCode.unknown_topic_or_partition if tp in missing
+            else ErrorCode.operation_not_attempted
+            for tp in wanted
+        }
+    answers = await _coordinator(ctx).handle_add_partitions(
+        transactional_id, int(producer_id), int(producer_epoch), wanted, verify_only=verify_only
+    )
+    return {tp: _for_old_clients(code, ctx.api_version, 2) for tp, code in answers.items()}
+
+
+@handles(versions.ADD_PARTITIONS_TO_TXN, 0, 5)
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.ADD_PARTITIONS_TO_TXN, ctx.api_version)
+    if ctx.api_version < 4:
+        answers = await _add_partitions(
+            ctx,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            request.v3_and_below_topics,
+            verify_only=False,
+        )
+        return make(
+            mod.AddPartitionsToTxnResponse,
+            throttle_time=0,
+            results_by_topic_v3_and_below=_topic_results(mod, answers),
+        )
+    results = []
+    for txn in request.transactions:
+        answers = await _add_partitions(
+            ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
+            verify_only=bool(txn.verify_only),
+        )
+        results.append(
+            make(
+                mod.AddPartitionsToTxnResult,
+                transactional_id=txn.transactional_id,
+                topic_results=_topic_results(mod, answers),
+            )
+        )
+    return make(
+        mod.AddPartitionsToTxnResponse,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        results_by_transaction=tuple(results),
+    )
+
+
+@handles(versions.ADD_OFFSETS_TO_TXN, 0, 4)
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.ADD_OFFSETS_TO_TXN, ctx.api_version)
+    code = await _coordinator(ctx).handle_add_offsets(
+        request.transactional_id,
+        int(request.producer_id),
+        int(request.producer_epoch),
+        request.group_id,
+    )
+    return make(
+        mod.AddOffsetsToTxnResponse,
+        throttle_time=0,
+        error_code=_for_old_clients(code, ctx.api_version, 2),
+    )
+
+
+@handles(versions.END_TXN, 0, 5)
+async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.END_TXN, ctx.api_version)
+    # EndTxn v5 is how a client says it uses transactions v2 (an epoch bump per transaction).
+    client_version = 2 if ctx.api_version >= 5 else 0
+    result = await _coordinator(ctx).handle_end_txn(
+        request.transactional_id,
+        int(request.producer_id),
+        int(request.producer_epoch),
+        bool(request.committed),
+        client_version=client_version,
+    )
+    return make(
+        mod.EndTxnResponse,
+        throttle_time=0,
+        error_code=_for_old_clients(result.error, ctx.api_version, 2),
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
+    )
+
+
+@handles(versions.WRITE_TXN_MARKERS, 1, 2)
+async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
+    """An inter-broker API: with one broker no client may write markers this way."""
+    mod = response_module(versions.WRITE_TXN_MARKERS, ctx.api_version)
+    log.warning(
+        "client %s (%s) sent WriteTxnMarkers: refused, it is an inter-broker API",
+        ctx.client_id, ctx.client_host,
+    )
+    markers = []
+    for marker in request.markers:
+        topics = tuple(
+            make(
+                mod.WritableTxnMarkerTopicResult,
+                name=topic.name,
+                partitions=tuple(
+                    make(
+                        mod.WritableTxnMarkerPartitionResult,
+                        partition_index=index,
+                        error_code=ErrorCode.cluster_authorization_failed,
+                    )
+                    for index in topic.partition_indexes
+                ),
+            )
+            for topic in marker.topics
+        )
+        markers.append(
+            make(mod.WritableTxnMarkerResult, producer_id=marker.producer_id, topics=topics)
+        )
+    return make(mod.WriteTxnMarkersResponse, markers=tuple(markers))
+
+
+@handles(versions.LIST_TRANSACTIONS, 0, 2)
+async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.LIST_TRANSACTIONS, ctx.api_version)
+    result = _coordinator(ctx).list_transactions(
+        state_filters=tuple(request.state_filters),
+        producer_id_filters=tuple(int(p) for p in request.producer_id_filters),
+        duration_filter_ms=int(getattr(request, "duration_filter", -1)),
+        transactional_id_pattern=getattr(request, "transactional_id_pattern", None),
+    )
+    return make(
+        mod.ListTransactionsResponse,
+        throttle_time=0,
+        error_code=result.error,
+        unknown_state_filters=result.unknown_state_filters,
+        transaction_states=tuple(
+            make(
+                mod.TransactionState,
+                transactional_id=t.transactional_id,
+                producer_id=t.producer_id,
+                transaction_state=t.state.wire_name,
+            )
+            for t in result.transactions
+        ),
+    )
+
+
+@handles(versions.DESCRIBE_TRANSACTIONS, 0, 0)
+async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.DESCRIBE_TRANSACTIONS, ctx.api_version)
+    states = []
+    for d in _coordinator(ctx).describe_transactions(request.transactional_ids):
+        topics: dict[str, list[int]] = {}
+        for topic, index in d.partitions:
+            topics.setdefault(topic, []).append(index)
+        states.append(
+            make(
+                mod.TransactionState,
+                error_code=d.error,
+                transactional_id=d.transactional_id,
+                transaction_state=d.state.wire_name if d.state is not None else "",
+                transaction_timeout=d.timeout_ms,
+                transaction_start_time=datetime.datetime.fromtimestamp(
+                    d.start_timestamp_ms / 1000, tz=datetime.UTC
+                ),
+                producer_id=d.producer_id,
+                producer_epoch=d.producer_epoch,
+                topics=tuple(
+                    make(mod.TopicData, topic=topic, partitions=tuple(ids))
+                    for topic, ids in topics.items()
+                ),
+            )
+        )
+    return make(mod.DescribeTransactionsResponse, throttle_time=0, transaction_states=tuple(states))
