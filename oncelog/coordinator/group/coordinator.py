@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group import codec
+from oncelog.coordinator.group.loader import load_groups
 from oncelog.coordinator.group.metadata import (
     CommittedOffset,
     GroupMetadata,
@@ -783,90 +784,8 @@ class GroupCoordinator:
     # Loading, background work, statistics
 
     def load(self) -> None:
-        """Rebuild groups and offsets from the store: last write per key wins, a tombstone
-        deletes. Loaded groups with members are Stable (members must heartbeat within their
-        session timeout, counted from now); the others are Empty."""
-        offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-        values: dict[str, codec.GroupMetadataValue | None] = {}
-        count = 0
-        for partition in range(self._store.num_partitions):
-            for key_bytes, value_bytes in self._store.read(partition):
-                count += 1
-                try:
-                    self._load_record(key_bytes, value_bytes, offsets, values)
-                except KafkaError as exc:
-                    log.warning("offsets partition %d: skipping unreadable record: %s",
-                                partition, exc)
-        groups: dict[str, GroupMetadata] = {}
-        for group_id in set(offsets) | set(values):
-            value = values.get(group_id)
-            group_offsets = offsets.get(group_id, {})
-            if value is None and not group_offsets:
-                continue
-            group = self._group_from_record(group_id, value)
-            group.offsets = group_offsets
-            groups[group_id] = group
-        self._groups = groups
-        self._records_loaded = count
-        log.info("loaded %d groups (%d offsets) from %d records", len(groups),
-                 sum(len(g.offsets) for g in groups.values()), count)
-
-    @staticmethod
-    def _load_record(
-        key_bytes: bytes,
-        value_bytes: bytes | None,
-        offsets: dict[str, dict[TopicPartition, CommittedOffset]],
-        values: dict[str, codec.GroupMetadataValue | None],
-    ) -> None:
-        key = codec.decode_key(key_bytes)
-        if isinstance(key, codec.OffsetCommitKey):
-            tp = (key.topic, key.partition)
-            if value_bytes is None:
-                offsets.get(key.group, {}).pop(tp, None)
-                return
-            v = codec.decode_offset_value(value_bytes)
-            offsets.setdefault(key.group, {})[tp] = CommittedOffset(
-                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
-            )
-        elif isinstance(key, codec.GroupMetadataKey):
-            values[key.group] = (
-                None if value_bytes is None else codec.decode_group_value(value_bytes)
-            )
-
-    def _group_from_record(
-        self, group_id: str, value: codec.GroupMetadataValue | None
-    ) -> GroupMetadata:
-        if value is None:
-            return GroupMetadata(group_id, state_timestamp=self._clock.now_ms())
-        group = GroupMetadata(
-            group_id,
-            state=STABLE if value.members else EMPTY,
-            state_timestamp=value.current_state_timestamp,
-            generation_id=value.generation,
-            protocol_type=value.protocol_type or None,
-            protocol_name=value.protocol if value.members else None,
-        )
-        now = self._clock.monotonic_ms()
-        for rec in value.members:
-            protocols: Protocols = ((value.protocol, rec.subscription),) if value.protocol else ()
-            member = MemberMetadata(
-                member_id=rec.member_id,
-                group_instance_id=rec.group_instance_id,
-                client_id=rec.client_id,
-                client_host=rec.client_host,
-                rebalance_timeout_ms=rec.rebalance_timeout_ms,
-                session_timeout_ms=rec.session_timeout_ms,
-                protocol_type=value.protocol_type,
-                protocols=protocols,
-                assignment=rec.assignment,
-                heartbeat_deadline=now + rec.session_timeout_ms,
-            )
-            group.add_member(member)
-        if value.members:
-            group.protocol_type = value.protocol_type or None
-            if value.leader in group.members:
-                group.leader_id = value.leader
-        return group
+        """Rebuild groups and offsets from the store (see ``loader.load_groups``)."""
+        self._groups, self._records_loaded = load_groups(self._store, self._clock)
 
     def tick(self) -> int | None:
         """One sweep at the clock's current time: expire sessions and pending members, end
@@ -924,7 +843,11 @@ class GroupCoordinator:
             )
             if group.is_(PREPARING) and group.join_deadline is not None:
                 deadlines.append(group.join_deadline)
-            if group.pending_sync and group.sync_deadline is not None:
+            if (
+                group.is_(COMPLETING, STABLE)
+                and group.pending_sync
+                and group.sync_deadline is not None
+            ):
                 deadlines.append(group.sync_deadline)
         return min(deadlines)
 
