@@ -1,0 +1,92 @@
+"""InitProducerId (key 22) for idempotent producers, and DescribeProducers (key 61).
+
+An idempotent producer (no transactional id) always gets a fresh producer id with epoch 0,
+as Kafka does (also when it passes its current id and epoch for a KIP-360 bump). Producer
+ids come from durable blocks, so a restart never hands one out twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from oncelog.broker.api import RequestContext, handles
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol import versions
+from oncelog.protocol.build import make, response_module, to_ms
+
+log = logging.getLogger(__name__)
+
+
+@handles(versions.INIT_PRODUCER_ID, 0, 5)
+async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.INIT_PRODUCER_ID, ctx.api_version)
+    if request.transactional_id is not None:
+        # A transactional producer: the transaction coordinator decides (bump, fence, 2PC).
+        result = await ctx.broker.transactions.handle_init_producer_id(
+            request.transactional_id,
+            to_ms(request.transaction_timeout),
+            int(getattr(request, "producer_id", -1)),
+            int(getattr(request, "producer_epoch", -1)),
+            enable_2pc=bool(getattr(request, "enable2_pc", False)),
+            keep_prepared=bool(getattr(request, "keep_prepared_txn", False)),
+        )
+        code = result.error
+        if code is ErrorCode.producer_fenced and ctx.api_version < 4:
+            code = ErrorCode.invalid_producer_epoch  # PRODUCER_FENCED is new in v4
+        return make(
+            mod.InitProducerIdResponse,
+            throttle_time=0,
+            error_code=code,
+            producer_id=result.producer_id,
+            producer_epoch=result.producer_epoch,
+            ongoing_txn_producer_id=result.ongoing_txn_producer_id,
+            ongoing_txn_producer_epoch=result.ongoing_txn_producer_epoch,
+        )
+    producer_id = ctx.broker.producer_ids.next_id()
+    log.info("client %s: new idempotent producer id %d", ctx.client_id, producer_id)
+    return make(
+        mod.InitProducerIdResponse,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        producer_id=producer_id,
+        producer_epoch=0,
+    )
+
+
+@handles(versions.DESCRIBE_PRODUCERS, 0, 0)
+async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.DESCRIBE_PRODUCERS, ctx.api_version)
+    registry = ctx.broker.partitions
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            code, message, producers = ErrorCode.none, None, ()
+            try:
+                partition = registry.get(topic.name, int(index))
+                producers = tuple(
+                    make(
+                        mod.ProducerState,
+                        producer_id=p.producer_id,
+                        producer_epoch=p.producer_epoch,
+                        last_sequence=p.last_sequence,
+                        last_timestamp=p.last_timestamp,
+                        coordinator_epoch=p.coordinator_epoch,
+                        current_txn_start_offset=p.current_txn_start_offset,
+                    )
+                    for p in partition.log.producer_state.active_producers()
+                )
+            except KafkaError as exc:
+                code, message = exc.code, exc.message
+            partitions.append(
+                make(
+                    mod.PartitionResponse,
+                    partition_index=index,
+                    error_code=code,
+                    error_message=message,
+                    active_producers=producers,
+                )
+            )
+        topics.append(make(mod.TopicResponse, name=topic.name, partitions=tuple(partitions)))
+    return make(mod.DescribeProducersResponse, throttle_time=0, topics=tuple(topics))

@@ -1,0 +1,68 @@
+"""A minimal raw Kafka connection built on kio, for tests that send what no client would."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+
+class RawConnection:
+    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_frame(self, payload: bytes) -> None:
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+    def recv_frame(self) -> bytes | None:
+        """The next frame's bytes, or None when the broker closed the connection."""
+        prefix = self._recv_exact(4)
+        if prefix is None:
+            return None
+        (size,) = struct.unpack(">i", prefix)
+        return self._recv_exact(size)
+
+    def _recv_exact(self, n: int) -> bytes | None:
+        chunks = []
+        while n:
+            try:
+                chunk = self.sock.recv(n)
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def header(self, api_key: int, version: int, flexible: bool, client_id: str = "raw") -> bytes:
+        self.correlation += 1
+        cid = client_id.encode()
+        head = struct.pack(">hhih", api_key, version, self.correlation, len(cid)) + cid
+        return head + (b"\0" if flexible else b"")
+
+    def request(self, request: Any) -> Any:
+        """Send a kio request entity and decode its response."""
+        api_key, version = int(request.__api_key__), int(request.__version__)
+        body = io.BytesIO()
+        entity_writer(type(request))(body, request)
+        self.send_frame(self.header(api_key, version, bool(request.__flexible__)) + body.getvalue())
+        frame = self.recv_frame()
+        assert frame is not None, "broker closed the connection"
+        response_cls = load_response_schema(api_key, version)
+        (correlation,) = struct.unpack_from(">i", frame, 0)
+        assert correlation == self.correlation
+        pos = 4
+        if response_cls.__flexible__ and api_key != 18:
+            pos += 1  # empty tagged fields
+        value, _ = entity_reader(response_cls)(frame, pos)
+        return value
