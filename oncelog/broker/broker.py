@@ -16,12 +16,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
+from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.offsets_store import LogOffsetsStore
-from oncelog.broker.partitions import OFFSETS_TOPIC, PartitionRegistry
+from oncelog.broker.partitions import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, PartitionRegistry
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
+from oncelog.coordinator.producer_ids import ProducerIdManager
+from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,8 @@ class Broker:
         self.cluster_id = ""
         self.partitions = PartitionRegistry(data_dir, config, self.clock)
         self.groups: GroupCoordinator
+        self.transactions: TransactionCoordinator
+        self.producer_ids: ProducerIdManager
         self.server = Server(self, self.listen_host, self.listen_port)
         self._stop = asyncio.Event()
 
@@ -85,9 +90,26 @@ class Broker:
                 "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
             },
         )
+        self.partitions.ensure_internal_topic(
+            TRANSACTION_STATE_TOPIC,
+            int(self.config["transaction.state.log.num.partitions"]),
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+            },
+        )
+        self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
         store = LogOffsetsStore(self.partitions, OFFSETS_TOPIC, self.clock)
         self.groups = GroupCoordinator(self.config, store, self.clock)
         self.groups.load()
+        self.transactions = TransactionCoordinator(
+            self.config,
+            LogOffsetsStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
+            self.producer_ids,
+            LocalMarkerWriter(self.partitions, self.groups),
+            self.clock,
+        )
+        self.transactions.load()
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -99,6 +121,12 @@ class Broker:
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.groups.run(), name="group-coordinator")
+                tasks.create_task(self.transactions.run(), name="transaction-coordinator")
+                tasks.create_task(
+                    self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
+                                self._expire_producers_tick),
+                    name="producer-id-expiration",
+                )
                 tasks.create_task(self._every(self._flush_interval_ms(), self._flush_tick),
                                   name="log-flusher")
                 tasks.create_task(
@@ -113,6 +141,7 @@ class Broker:
                          self.advertised_host, self.advertised_port, self.cluster_id)
                 await self._stop.wait()
                 log.info("stopping: draining in-flight requests")
+                self.groups.close()
                 await self.server.stop()
                 raise _Stopped()
         except* _Stopped:
@@ -138,6 +167,11 @@ class Broker:
 
     def _flush_tick(self) -> None:
         self.partitions.maybe_flush_all()
+
+    def _expire_producers_tick(self) -> None:
+        expired = self.partitions.remove_expired_producers()
+        if expired:
+            log.info("expired %d idle producer ids", expired)
 
     def _retention_tick(self) -> None:
         deleted = self.partitions.apply_retention()

@@ -22,7 +22,8 @@ from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.batch import BatchHeader
-from oncelog.storage.log import AppendResult, PartitionLog
+from oncelog.storage.log import AppendResult
+from oncelog.storage.unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Partition:
 
     __slots__ = ("_waiters", "index", "log", "topic")
 
-    def __init__(self, topic: str, index: int, log: PartitionLog) -> None:
+    def __init__(self, topic: str, index: int, log: UnifiedLog) -> None:
         self.topic = topic
         self.index = index
         self.log = log
@@ -72,12 +73,19 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        return self.log.high_watermark
 
     @property
     def last_stable_offset(self) -> int:
-        """Offsets below it are decided; equal to the high watermark without transactions."""
-        return self.log.log_end_offset
+        """Offsets below it are decided: no open transaction has records there."""
+        return self.log.last_stable_offset
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+    ) -> int:
+        offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        self.wake_waiters()
+        return offset
 
     def append(
         self, buf: bytearray, headers: list[BatchHeader], log_append_time_ms: int | None
@@ -157,7 +165,13 @@ class PartitionRegistry:
 
     def _open_partition(self, topic: str, index: int, log_config: LogConfig) -> Partition:
         directory = self.data_dir / f"{topic}-{index}"
-        partition = Partition(topic, index, PartitionLog.open(directory, log_config, self.clock))
+        log = UnifiedLog.open(
+            directory,
+            log_config,
+            self.clock,
+            producer_id_expiration_ms=int(self.config["producer.id.expiration.ms"]),
+        )
+        partition = Partition(topic, index, log)
         self._partitions[(topic, index)] = partition
         return partition
 
@@ -279,6 +293,10 @@ class PartitionRegistry:
     def flush_all(self) -> None:
         for partition in self.partitions():
             partition.log.flush()
+
+    def remove_expired_producers(self) -> int:
+        now = self.clock.now_ms()
+        return sum(len(p.log.remove_expired_producers(now)) for p in self.partitions())
 
     def apply_retention(self) -> int:
         deleted = 0

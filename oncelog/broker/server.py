@@ -124,12 +124,12 @@ class Server:
                 self._busy.discard(task)
             if response is None:
                 continue
-            if response is False:
+            if isinstance(response, bool):
                 return
             writer.write(response)
             await writer.drain()
 
-    async def _handle(self, frame: bytes, host: str) -> bytes | None | bool:
+    async def _handle(self, frame: bytes, host: str) -> bytes | bool | None:
         """The response frame, None when none is due (acks=0), False to close."""
         try:
             head = parse_request_header(frame)

@@ -48,7 +48,7 @@ def _required(cls: type) -> frozenset[str]:
 
 def make(cls: type[T], /, **values: Any) -> T:
     """Instantiate ``cls`` with those of ``values`` it has fields for."""
-    plan = _field_plan(cls)
+    plan = _field_plan(cls)  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     for name, value in values.items():
         kind = plan.get(name)
@@ -59,7 +59,7 @@ def make(cls: type[T], /, **values: Any) -> T:
         elif kind == _CONVERT_ERROR and not isinstance(value, ErrorCode):
             value = ErrorCode(value)
         kwargs[name] = value
-    missing = _required(cls) - kwargs.keys()
+    missing = _required(cls) - kwargs.keys()  # type: ignore[arg-type]
     if missing:
         raise TypeError(f"{cls.__qualname__} v{getattr(cls, '__version__', '?')} needs {missing}")
     return cls(**kwargs)

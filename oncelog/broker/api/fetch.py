@@ -35,6 +35,7 @@ class _PartitionRead:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    aborted: list[tuple[int, int]] | None = None
 
 
 @handles(versions.FETCH, 4, 12)
@@ -96,12 +97,13 @@ def _read_all(
                 continue
             plog = partition.log
             read.high_watermark = partition.high_watermark
-            read.last_stable_offset = read.high_watermark
+            read.last_stable_offset = partition.last_stable_offset
             read.log_start_offset = plog.log_start_offset
             budget = min(int(fp.partition_max_bytes), max_bytes - total)
             if budget <= 0 and total > 0:
                 continue
-            upper = read.high_watermark if isolation == READ_UNCOMMITTED else read.last_stable_offset
+            committed = isolation == READ_COMMITTED
+            upper = read.last_stable_offset if committed else read.high_watermark
             try:
                 result = plog.read(
                     int(fp.fetch_offset),
@@ -114,6 +116,11 @@ def _read_all(
                 continue
             read.data = result.data
             total += len(result.data)
+            if isolation == READ_COMMITTED:
+                read.aborted = [
+                    (txn.producer_id, txn.first_offset)
+                    for txn in plog.aborted_transactions(int(fp.fetch_offset), result.next_offset)
+                ] if result.data else []
     return reads, total
 
 
@@ -133,7 +140,12 @@ def _response(mod: Any, reads: list[_PartitionRead]) -> Any:
                 high_watermark=read.high_watermark,
                 last_stable_offset=read.last_stable_offset,
                 log_start_offset=read.log_start_offset,
-                aborted_transactions=None,
+                aborted_transactions=None
+                if read.aborted is None
+                else tuple(
+                    make(mod.AbortedTransaction, producer_id=pid, first_offset=first)
+                    for pid, first in read.aborted
+                ),
                 preferred_read_replica=-1,
                 records=read.data,
             )

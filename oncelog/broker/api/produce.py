@@ -10,9 +10,11 @@ import logging
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.coordinator.transaction.state import TransactionState
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
+from oncelog.records.batch import BatchHeader
 from oncelog.records.validate import validate_batches
 
 log = logging.getLogger(__name__)
@@ -49,9 +51,12 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 if not data:
                     raise KafkaError(ErrorCode.corrupt_message, "no record batches")
                 buf = bytearray(data)
-                headers = validate_batches(buf, max_batch_bytes=partition.log.config.max_message_bytes)
-                log_append_time = broker.clock.now_ms() if partition.log.config.log_append_time else None
-                result = partition.append(buf, headers, log_append_time)
+                headers = validate_batches(
+                    buf, max_batch_bytes=partition.log.config.max_message_bytes
+                )
+                if headers[0].is_transactional:
+                    verify_transaction(ctx, request.transactional_id, name, pdata.index, headers)
+                result = partition.append(buf, headers, None)
                 base_offset = result.base_offset
                 append_time = result.log_append_time
                 log_start = partition.log.log_start_offset
@@ -81,6 +86,37 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if acks == 0:
         return None
     return make(mod.ProduceResponse, responses=tuple(topics), throttle_time=0)
+
+
+def verify_transaction(
+    ctx: RequestContext,
+    transactional_id: str | None,
+    topic: str,
+    partition: int,
+    headers: list[BatchHeader],
+) -> None:
+    """Transactional data must belong to an ongoing transaction that added this partition
+    (KIP-890 part 1): otherwise a late or zombie write could land outside any transaction."""
+    header = headers[0]
+    if any(h.producer_id != header.producer_id or not h.is_transactional for h in headers):
+        raise KafkaError(ErrorCode.invalid_record, "mixed batches in one transactional write")
+    txn = ctx.broker.transactions.get(transactional_id) if transactional_id else None
+    if txn is None or txn.producer_id != header.producer_id:
+        raise KafkaError(
+            ErrorCode.invalid_txn_state,
+            f"producer {header.producer_id} has no transaction {transactional_id!r}",
+        )
+    if header.producer_epoch < txn.producer_epoch:
+        raise KafkaError(
+            ErrorCode.invalid_producer_epoch,
+            f"producer {header.producer_id} epoch {header.producer_epoch} is fenced "
+            f"(current {txn.producer_epoch})",
+        )
+    if txn.state is not TransactionState.ONGOING or (topic, partition) not in txn.partitions:
+        raise KafkaError(
+            ErrorCode.invalid_txn_state,
+            f"{topic}-{partition} is not part of an ongoing transaction of {transactional_id!r}",
+        )
 
 
 def _timestamp(ms: int) -> Any:

@@ -1,0 +1,61 @@
+"""Transaction markers written by this broker's own transaction coordinator.
+
+On one node a WriteTxnMarkers "RPC" is a local call: append a COMMIT/ABORT control batch to
+each partition of the transaction, and for ``__consumer_offsets`` partitions let the group
+coordinator materialise (or drop) the offsets the transaction committed. In a cluster this
+becomes an RPC to each partition's leader behind the same interface.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from oncelog.broker.partitions import OFFSETS_TOPIC, PartitionRegistry
+from oncelog.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
+
+log = logging.getLogger(__name__)
+
+
+class LocalMarkerWriter:
+    def __init__(self, registry: PartitionRegistry, groups: GroupCoordinator) -> None:
+        self.registry = registry
+        self.groups = groups
+
+    async def write_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: list[tuple[str, int]],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        results: dict[tuple[str, int], ErrorCode] = {}
+        for topic, index in partitions:
+            partition = self.registry.find(topic, index)
+            if partition is None:
+                results[(topic, index)] = ErrorCode.unknown_topic_or_partition
+                continue
+            try:
+                offset = partition.append_marker(
+                    producer_id, producer_epoch, coordinator_epoch, commit
+                )
+                if topic == OFFSETS_TOPIC:
+                    self.groups.on_txn_marker(index, producer_id, commit)
+            except KafkaError as exc:
+                log.warning(
+                    "%s marker for producer %d epoch %d on %s-%d failed: %s",
+                    "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
+                    topic, index, exc,
+                )
+                results[(topic, index)] = exc.code
+                continue
+            log.debug(
+                "%s marker for producer %d epoch %d at %s-%d offset %d",
+                "COMMIT" if commit else "ABORT", producer_id, producer_epoch, topic, index, offset,
+            )
+            results[(topic, index)] = ErrorCode.none
+        return results
