@@ -10,7 +10,7 @@ import pytest
 from kio.schema.api_versions.v3 import ApiVersionsRequest
 from kio.schema.create_topics.v5.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.metadata.v9.request import MetadataRequest
+from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.produce.v8.request import (
     PartitionProduceData,
     ProduceRequest,
