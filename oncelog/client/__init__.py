@@ -377,8 +377,9 @@ class Admin:
     ) -> dict[str, KafkaClientError | None]:
         return dict(self._run(self._core.delete_topics(names, timeout_ms=timeout_ms)))
 
-    def list_topics(self) -> dict[str, int]:
-        return dict(self._run(self._core.list_topics()))
+    def list_topics(self, *, internal: bool = False) -> dict[str, int]:
+        """Topic name -> partition count."""
+        return dict(self._run(self._core.list_topics(internal=internal)))
 
     def list_transactions(
         self,

@@ -193,13 +193,13 @@ class AIOAdmin:
             )
         return out
 
-    async def list_topics(self) -> dict[str, int]:
-        """Topic name -> partition count."""
+    async def list_topics(self, *, internal: bool = False) -> dict[str, int]:
+        """Topic name -> partition count (internal topics only when asked)."""
         meta = await self.client.refresh_metadata(all_topics=True)
         return {
             name: info.num_partitions
             for name, info in meta.topics.items()
-            if info.error == ErrorCode.none
+            if info.error == ErrorCode.none and (internal or not info.internal)
         }
 
     # ---------------------------------------------------------------- transactions

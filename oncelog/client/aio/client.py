@@ -50,6 +50,7 @@ class TopicInfo:
     name: str
     error: ErrorCode
     leaders: dict[int, int] = field(default_factory=dict)  # partition -> leader node (-1: none)
+    internal: bool = False
 
     @property
     def num_partitions(self) -> int:
@@ -231,10 +232,14 @@ class KafkaClient:
             meta.brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
             meta.controller_id = int(getattr(response, "controller_id", -1))
             meta.cluster_id = getattr(response, "cluster_id", None)
+            if names is None:
+                meta.topics = {}  # a full listing: topics that are gone disappear
             for topic in response.topics:
                 if topic.name is None:
                     continue
-                info = TopicInfo(topic.name, ErrorCode(topic.error_code))
+                info = TopicInfo(
+                    topic.name, ErrorCode(topic.error_code), internal=bool(topic.is_internal)
+                )
                 for part in topic.partitions:
                     info.leaders[int(part.partition_index)] = int(part.leader_id)
                 meta.topics[topic.name] = info
