@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.broker.partitions import OFFSETS_TOPIC, PartitionRegistry
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.faults import crash_point
 
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -58,4 +59,6 @@ class LocalMarkerWriter:
                 "COMMIT" if commit else "ABORT", producer_id, producer_epoch, topic, index, offset,
             )
             results[(topic, index)] = ErrorCode.none
+            if len(partitions) > 1:
+                crash_point("markers.after_first")
         return results

@@ -68,6 +68,7 @@ from oncelog.coordinator.transaction.state import (
 )
 from oncelog.coordinator.transaction.store import TxnLogStore
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.faults import crash_point
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,7 @@ class TransactionCoordinator:
         except OSError as exc:
             logger.error("transaction log append for %r failed: %s", transactional_id, exc)
             return ErrorCode.not_coordinator
+        crash_point(f"txn.logged.{transit.state.wire_name}")
         return ErrorCode.none
 
     def _apply(self, md: TransactionMetadata, transit: TxnTransitMetadata) -> ErrorCode:
