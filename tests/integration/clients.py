@@ -63,7 +63,9 @@ def make_records(n: int, prefix: str = "") -> list[Sent]:
     ]
 
 
-def _norm_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> tuple[tuple[str, bytes], ...]:
+def _norm_headers(
+    headers: Iterable[tuple[str, bytes | None]] | None,
+) -> tuple[tuple[str, bytes], ...]:
     return tuple((k, v if v is not None else b"") for k, v in (headers or ()))
 
 
@@ -74,7 +76,9 @@ class ConfluentClient:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
 
-    def create_topic(self, topic: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    def create_topic(
+        self, topic: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -123,7 +127,10 @@ class ConfluentClient:
             while True:
                 try:
                     producer.produce(
-                        topic, key=sent.key, value=sent.value, headers=list(sent.headers),
+                        topic,
+                        key=sent.key,
+                        value=sent.value,
+                        headers=list(sent.headers),
                         on_delivery=report(sent),
                     )
                     break
@@ -137,7 +144,12 @@ class ConfluentClient:
         return acked
 
     def consume(
-        self, topic: str, group: str, expected: int, *, timeout: float = 120.0,
+        self,
+        topic: str,
+        group: str,
+        expected: int,
+        *,
+        timeout: float = 120.0,
         commit: bool = True,
     ) -> list[Got]:
         from confluent_kafka import Consumer
@@ -159,8 +171,13 @@ class ConfluentClient:
                     if msg.error():
                         continue
                     got.append(
-                        Got(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                            _norm_headers(msg.headers()))
+                        Got(
+                            msg.partition(),
+                            msg.offset(),
+                            msg.key(),
+                            msg.value(),
+                            _norm_headers(msg.headers()),
+                        )
                     )
             if commit and got:
                 consumer.commit(asynchronous=False)
@@ -186,14 +203,14 @@ class KafkaPythonClient:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
 
-    def create_topic(self, topic: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    def create_topic(
+        self, topic: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> None:
         from kafka.admin import KafkaAdminClient, NewTopic
 
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
         try:
-            admin.create_topics(
-                [NewTopic(topic, partitions, 1, topic_configs=configs or {})]
-            )
+            admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
         finally:
             admin.close()
 
@@ -224,10 +241,14 @@ class KafkaPythonClient:
             for sent in records:
                 if stop and stop.is_set():
                     break
-                fut = producer.send(topic, key=sent.key, value=sent.value, headers=list(sent.headers))
+                fut = producer.send(
+                    topic, key=sent.key, value=sent.value, headers=list(sent.headers)
+                )
                 if on_ack is not None:
+
                     def cb(meta: object, sent: Sent = sent) -> None:
                         on_ack(Acked(sent, meta.partition, meta.offset))  # type: ignore[attr-defined]
+
                     fut.add_callback(cb)
                 futures.append((sent, fut))
             producer.flush(timeout=60 if stop is None else 15)
@@ -245,7 +266,12 @@ class KafkaPythonClient:
         return acked
 
     def consume(
-        self, topic: str, group: str, expected: int, *, timeout: float = 120.0,
+        self,
+        topic: str,
+        group: str,
+        expected: int,
+        *,
+        timeout: float = 120.0,
         commit: bool = True,
     ) -> list[Got]:
         from kafka import KafkaConsumer
@@ -264,8 +290,9 @@ class KafkaPythonClient:
                 batch = consumer.poll(timeout_ms=500, max_records=5000)
                 for tp, msgs in batch.items():
                     for m in msgs:
-                        got.append(Got(tp.partition, m.offset, m.key, m.value,
-                                       _norm_headers(m.headers)))
+                        got.append(
+                            Got(tp.partition, m.offset, m.key, m.value, _norm_headers(m.headers))
+                        )
             if commit and got:
                 consumer.commit()
         finally:
@@ -275,8 +302,9 @@ class KafkaPythonClient:
     def committed(self, topic: str, group: str, partitions: int) -> dict[int, int]:
         from kafka import KafkaConsumer, TopicPartition
 
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group,
-                                 enable_auto_commit=False)
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=group, enable_auto_commit=False
+        )
         try:
             out = {}
             for p in range(partitions):
@@ -294,7 +322,9 @@ class AioKafkaClient:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
 
-    def create_topic(self, topic: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    def create_topic(
+        self, topic: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> None:
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
         async def run() -> None:
@@ -343,10 +373,12 @@ class AioKafkaClient:
                     )
                     pending.append((sent, fut))
                     if on_ack is not None:
+
                         def cb(f: asyncio.Future[object], sent: Sent = sent) -> None:
                             if not f.cancelled() and f.exception() is None:
                                 meta = f.result()
                                 on_ack(Acked(sent, meta.partition, meta.offset))  # type: ignore[attr-defined]
+
                         fut.add_done_callback(cb)
                 try:
                     async with asyncio.timeout(60 if stop is None else 15):
@@ -372,7 +404,12 @@ class AioKafkaClient:
         return asyncio.run(run())
 
     def consume(
-        self, topic: str, group: str, expected: int, *, timeout: float = 120.0,
+        self,
+        topic: str,
+        group: str,
+        expected: int,
+        *,
+        timeout: float = 120.0,
         commit: bool = True,
     ) -> list[Got]:
         from aiokafka import AIOKafkaConsumer
@@ -393,8 +430,11 @@ class AioKafkaClient:
                     batch = await consumer.getmany(timeout_ms=500, max_records=5000)
                     for tp, msgs in batch.items():
                         for m in msgs:
-                            got.append(Got(tp.partition, m.offset, m.key, m.value,
-                                           _norm_headers(m.headers)))
+                            got.append(
+                                Got(
+                                    tp.partition, m.offset, m.key, m.value, _norm_headers(m.headers)
+                                )
+                            )
                 if commit and got:
                     await consumer.commit()
             finally:
@@ -407,8 +447,9 @@ class AioKafkaClient:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         async def run() -> dict[int, int]:
-            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group,
-                                        enable_auto_commit=False)
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap, group_id=group, enable_auto_commit=False
+            )
             await consumer.start()
             try:
                 out = {}

@@ -14,7 +14,6 @@ import time
 from collections import defaultdict
 
 import pytest
-
 from clients import CLIENTS, CODECS, Acked, Got, StopFlag, end_offsets, make_records
 
 pytestmark = pytest.mark.integration

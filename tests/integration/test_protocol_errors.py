@@ -16,9 +16,9 @@ from kio.schema.produce.v8.request import (
     ProduceRequest,
     TopicProduceData,
 )
+from rawkafka import RawConnection
 
 from oncelog.records.codec import RecordInput, encode_batch
-from rawkafka import RawConnection
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,9 @@ pytestmark = pytest.mark.integration
 def alive(bootstrap: str) -> bool:
     conn = RawConnection(bootstrap)
     try:
-        resp = conn.request(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+        resp = conn.request(
+            ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        )
         return resp.error_code == ErrorCode.none
     finally:
         conn.close()
@@ -59,8 +61,13 @@ def create_topic(bootstrap: str, name: str) -> ErrorCode:
         resp = conn.request(
             CreateTopicsRequest(
                 topics=(
-                    CreatableTopic(name=name, num_partitions=1, replication_factor=1,
-                                   assignments=(), configs=()),
+                    CreatableTopic(
+                        name=name,
+                        num_partitions=1,
+                        replication_factor=1,
+                        assignments=(),
+                        configs=(),
+                    ),
                 ),
                 timeout=datetime.timedelta(seconds=5),
                 validate_only=False,
@@ -73,7 +80,7 @@ def create_topic(bootstrap: str, name: str) -> ErrorCode:
 
 def test_unsupported_api_versions_version_gets_v0_answer(shared_broker) -> None:
     conn = RawConnection(shared_broker.bootstrap)
-    conn.send_frame(conn.header(18, 99, flexible=False) )
+    conn.send_frame(conn.header(18, 99, flexible=False))
     frame = conn.recv_frame()
     assert frame is not None
     correlation, error = struct.unpack_from(">ih", frame, 0)
@@ -134,8 +141,9 @@ def test_frame_over_socket_request_max_bytes_closes_connection(broker_factory) -
 def test_metadata_works_over_raw_connection(shared_broker) -> None:
     conn = RawConnection(shared_broker.bootstrap)
     resp = conn.request(
-        MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                        include_topic_authorized_operations=False)
+        MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
     )
     names = {t.name for t in resp.topics}
     assert "__consumer_offsets" in names
