@@ -467,7 +467,7 @@ CLIENTS = {c.name: c for c in (ConfluentClient, KafkaPythonClient, AioKafkaClien
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """High watermarks, read with librdkafka (used only to verify, never as the client under test)."""
+    """High watermarks, read with librdkafka (only to verify, never as the client under test)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
