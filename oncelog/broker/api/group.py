@@ -1,6 +1,6 @@
 """Consumer-group APIs: FindCoordinator (10), JoinGroup (11), SyncGroup (14), Heartbeat (12),
-LeaveGroup (13), OffsetCommit (8), OffsetFetch (9), ListGroups (16), DescribeGroups (15),
-DeleteGroups (42).
+LeaveGroup (13), OffsetCommit (8), OffsetFetch (9), TxnOffsetCommit (28), ListGroups (16),
+DescribeGroups (15), DeleteGroups (42).
 
 Thin: read the request (any version), call ``ctx.broker.groups`` (a GroupCoordinator),
 build the version's response with ``make``. Version ranges: every range below contains the
@@ -13,10 +13,11 @@ and by what a classic group means (OffsetCommit/OffsetFetch v10 address topics b
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.coordinator.group.results import OffsetFetchEntry, TopicPartition
@@ -24,6 +25,12 @@ from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
 
+if TYPE_CHECKING:
+    from oncelog.coordinator.transaction import TransactionCoordinator
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 # DescribeGroups' "authorized operations not requested" value.
@@ -229,6 +236,96 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                              "OffsetFetchResponsePartition"),
         error_code=ErrorCode.none,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# TxnOffsetCommit
+
+
+@handles(versions.TXN_OFFSET_COMMIT, 0, 5)
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    """Offsets committed inside a transaction. Kafka checks first, with the transaction
+    coordinator, that the group's offsets partition is in the producer's transaction (v5,
+    transactions v2, adds it instead), then lets the group coordinator check the group
+    (KIP-447: generation, member and instance, sent from v3) and append."""
+    mod = response_module(versions.TXN_OFFSET_COMMIT, ctx.api_version)
+    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
+    order: list[TopicPartition] = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, int(p.partition_index))
+            order.append(tp)
+            offsets[tp] = (
+                int(p.committed_offset),
+                int(getattr(p, "committed_leader_epoch", -1)),
+                p.committed_metadata,
+            )
+    groups = ctx.broker.groups
+    errors: dict[TopicPartition, ErrorCode]
+    if not request.group_id:
+        error = ErrorCode.invalid_group_id
+    else:
+        error = await _verify_txn_offsets(ctx, request, groups.partition_for(request.group_id))
+    if error is not ErrorCode.none:
+        errors = {tp: error for tp in offsets}
+    else:
+        errors = groups.commit_txn_offsets(
+            transactional_id=request.transactional_id,
+            group_id=request.group_id,
+            producer_id=int(request.producer_id),
+            producer_epoch=int(request.producer_epoch),
+            generation_id=int(getattr(request, "generation_id", -1)),
+            member_id=getattr(request, "member_id", ""),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            offsets=offsets,
+        )
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for tp in order:
+        by_topic[tp[0]].append(
+            make(mod.TxnOffsetCommitResponsePartition, partition_index=tp[1],
+                 error_code=errors[tp])
+        )
+    topics = tuple(
+        make(mod.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    )
+    return make(mod.TxnOffsetCommitResponse, throttle_time=0, topics=topics)
+
+
+async def _verify_txn_offsets(ctx: RequestContext, request: Any, partition: int) -> ErrorCode:
+    """Is ``__consumer_offsets``-``partition`` in the producer's ongoing transaction? The
+    transaction coordinator's answer, as a TxnOffsetCommit client of this version reads it
+    (Kafka's AddPartitionsToTxnManager does the same translation)."""
+    coordinator = cast("TransactionCoordinator | None", getattr(ctx.broker, "transactions", None))
+    if coordinator is None:
+        log.error("TxnOffsetCommit for group %s: the broker has no transaction coordinator",
+                  request.group_id)
+        return ErrorCode.coordinator_not_available
+    tp = (OFFSETS_TOPIC, partition)
+    answers = await coordinator.handle_add_partitions(
+        request.transactional_id,
+        int(request.producer_id),
+        int(request.producer_epoch),
+        [tp],
+        verify_only=ctx.api_version < 5,
+    )
+    return txn_verification_error(answers.get(tp, ErrorCode.unknown_server_error),
+                                  ctx.api_version)
+
+
+def txn_verification_error(code: ErrorCode, api_version: int) -> ErrorCode:
+    """A transaction coordinator's answer for the offsets partition, as TxnOffsetCommit
+    ``api_version`` answers it."""
+    if code is ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    if code is ErrorCode.transaction_abortable and api_version < 4:
+        # Before v4 clients do not know TRANSACTION_ABORTABLE (KIP-890).
+        return ErrorCode.invalid_txn_state
+    if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+        # The transaction coordinator's state, not this group coordinator's: a client
+        # would look the group coordinator up again for nothing.
+        return ErrorCode.coordinator_not_available
+    return code
 
 
 def _wanted_partitions(topics: Iterable[Any] | None) -> list[TopicPartition] | None:

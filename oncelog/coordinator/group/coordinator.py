@@ -9,6 +9,16 @@ in ``run()``, the single background loop that calls ``tick()`` at the next deadl
 Durability follows "decide, append, then apply": an assignment or a commit changes the
 in-memory state only after the store's append has returned.
 
+Offsets committed inside a transaction (TxnOffsetCommit, KIP-98/KIP-447) are appended as a
+transactional batch of the producer and kept as that producer's pending offsets of the
+group; OffsetFetch does not see them (with require_stable it answers UNSTABLE_OFFSET_COMMIT
+for their partitions). The broker calls ``on_txn_marker`` once the transaction's COMMIT or
+ABORT marker is durably in the offsets partition: COMMIT applies them, ABORT drops them.
+Whether the producer's transaction holds the offsets partition is checked by the API
+handler with the transaction coordinator before ``commit_txn_offsets`` is called; the
+coordinator itself fences epochs older than the newest it has seen for a producer id, as
+the offsets partition's producer state does in Kafka.
+
 The rebalance, in Kafka's terms:
   - a new member (or a known member with changed protocols, or the leader) joining a group
     moves it to PreparingRebalance; everyone must rejoin;
@@ -63,6 +73,8 @@ log = logging.getLogger(__name__)
 
 # Kafka's offsets.retention.check.interval.ms default.
 OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
+# Kafka's producer.id.expiration.ms default (how long an idle producer's epoch is remembered).
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
 # The background loop never sleeps longer than this, whatever the deadlines.
 MAX_SLEEP_MS = 1_000
 
@@ -102,6 +114,7 @@ def translate_store_error(code: ErrorCode, *, for_commit: bool) -> ErrorCode:
 
 class GroupCoordinator:
     def __init__(self, config: BrokerConfig, store: OffsetsStore, clock: Clock) -> None:
+        self._config = config
         self._store = store
         self._clock = clock
         self._initial_delay_ms = int(config["group.initial.rebalance.delay.ms"])
@@ -114,8 +127,20 @@ class GroupCoordinator:
         self._join_waiters: dict[tuple[str, str], asyncio.Future[JoinResult]] = {}
         self._sync_waiters: dict[tuple[str, str], asyncio.Future[SyncResult]] = {}
         self._wakeup = asyncio.Event()
-        self._next_cleanup = clock.monotonic_ms() + OFFSETS_RETENTION_CHECK_INTERVAL_MS
+        self._retention_check_ms = _optional_int(
+            config, "offsets.retention.check.interval.ms", OFFSETS_RETENTION_CHECK_INTERVAL_MS
+        )
+        self._producer_expiration_ms = _optional_int(
+            config, "producer.id.expiration.ms", PRODUCER_ID_EXPIRATION_MS
+        )
+        self._next_cleanup = clock.monotonic_ms() + self._retention_check_ms
         self._records_loaded = 0
+        # Order of the records this coordinator appended (continues the replay's order).
+        self._log_order = 0
+        # Newest epoch seen per producer id, and when (wall ms): older epochs are fenced.
+        self._producer_epochs: dict[int, tuple[int, int]] = {}
+        # (offsets partition, producer id) -> groups holding that producer's pending offsets.
+        self._txn_groups: dict[tuple[int, int], set[str]] = {}
 
     # ======================================================================================
     # Placement
@@ -657,14 +682,7 @@ class GroupCoordinator:
             self._touch(member)
 
         results: dict[TopicPartition, ErrorCode] = {}
-        now_wall = self._clock.now_ms()
-        accepted: dict[TopicPartition, CommittedOffset] = {}
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            text = metadata or ""
-            if len(text.encode("utf-8")) > self._max_metadata_bytes:
-                results[tp] = ErrorCode.offset_metadata_too_large
-                continue
-            accepted[tp] = CommittedOffset(offset, leader_epoch, text, now_wall)
+        accepted = self._accept_offsets(offsets, results)
         if accepted:
             records = [self._offset_record(group_id, tp, co) for tp, co in accepted.items()]
             try:
@@ -674,11 +692,130 @@ class GroupCoordinator:
                 log.warning("group %s: offset commit failed: %s", group_id, exc)
                 results.update({tp: error for tp in accepted})
                 return results
+            self._log_order += 1
             if created:
                 self._groups[group_id] = group
             group.offsets.update(accepted)
             results.update({tp: ErrorCode.none for tp in accepted})
         return results
+
+    def commit_txn_offsets(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetCommitEntry],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Commit offsets inside the producer's transaction: appended durably as a
+        transactional batch, then held as pending until ``on_txn_marker``.
+
+        KIP-447: a request naming a generation, member or instance (TxnOffsetCommit v3+) is
+        checked against the group like an OffsetCommit (FENCED_INSTANCE_ID,
+        UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION); one without (v0-2, or a producer committing
+        for a standalone group) is accepted whatever the group's state. The caller has
+        already checked with the transaction coordinator that the transaction holds the
+        group's offsets partition."""
+
+        def every(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return {tp: code for tp in offsets}
+
+        if not group_id:
+            return every(ErrorCode.invalid_group_id)
+        if producer_id < 0 or producer_epoch < 0:
+            return every(ErrorCode.invalid_producer_id_mapping)
+        known = self._producer_epochs.get(producer_id)
+        if known is not None and producer_epoch < known[0]:
+            log.info("group %s: TxnOffsetCommit of %r fenced: producer id %d epoch %d < %d",
+                     group_id, transactional_id, producer_id, producer_epoch, known[0])
+            return every(ErrorCode.invalid_producer_epoch)
+        group = self._groups.get(group_id)
+        created = False
+        if group is None:
+            if generation_id >= 0:
+                return every(ErrorCode.illegal_generation)
+            group = GroupMetadata(group_id, state_timestamp=self._clock.now_ms())
+            created = True
+        elif group.is_(DEAD):
+            return every(ErrorCode.coordinator_not_available)
+        error = _check_txn_commit_member(group, generation_id, member_id, group_instance_id)
+        if error is not ErrorCode.none:
+            return every(error)
+
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted = self._accept_offsets(offsets, results)
+        if not accepted:
+            return results
+        partition = self.partition_for(group_id)
+        records = [self._offset_record(group_id, tp, co) for tp, co in accepted.items()]
+        try:
+            self._store.append_transactional(partition, records, producer_id, producer_epoch)
+        except KafkaError as exc:
+            error = translate_store_error(exc.code, for_commit=True)
+            log.warning("group %s: transactional offset commit of %r failed: %s",
+                        group_id, transactional_id, exc)
+            results.update({tp: error for tp in accepted})
+            return results
+        self._log_order += 1
+        self._see_producer(producer_id, producer_epoch)
+        if created:
+            self._groups[group_id] = group
+        group.add_pending_txn_offsets(producer_id, accepted)
+        self._txn_groups.setdefault((partition, producer_id), set()).add(group_id)
+        log.debug("group %s: %d offsets pending in the transaction of %r (producer id %d)",
+                  group_id, len(accepted), transactional_id, producer_id)
+        results.update({tp: ErrorCode.none for tp in accepted})
+        return results
+
+    def _accept_offsets(
+        self,
+        offsets: Mapping[TopicPartition, OffsetCommitEntry],
+        results: dict[TopicPartition, ErrorCode],
+    ) -> dict[TopicPartition, CommittedOffset]:
+        """The offsets to write (stamped now, in the next log order); the refused ones get
+        their error in ``results``."""
+        now_wall = self._clock.now_ms()
+        accepted: dict[TopicPartition, CommittedOffset] = {}
+        for tp, (offset, leader_epoch, metadata) in offsets.items():
+            text = metadata or ""
+            if len(text.encode("utf-8")) > self._max_metadata_bytes:
+                results[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            accepted[tp] = CommittedOffset(offset, leader_epoch, text, now_wall,
+                                           log_order=self._log_order)
+        return accepted
+
+    def on_txn_marker(
+        self,
+        offsets_partition: int,
+        producer_id: int,
+        commit: bool,
+        producer_epoch: int = -1,
+    ) -> None:
+        """A COMMIT (or ABORT) marker of ``producer_id`` is durably in ``offsets_partition``:
+        its pending offsets of every group of that partition become the committed offsets
+        (or are dropped). Markers of producers without pending offsets change nothing but
+        the producer's newest epoch (when given)."""
+        if producer_epoch >= 0:
+            self._see_producer(producer_id, producer_epoch)
+        self._log_order += 1
+        group_ids = self._txn_groups.pop((offsets_partition, producer_id), set())
+        for group_id in sorted(group_ids):
+            group = self._groups.get(group_id)
+            if group is None or group.is_(DEAD):
+                continue
+            count = group.complete_txn_offsets(producer_id, commit)
+            if count:
+                log.info("group %s: %s %d transactional offsets of producer id %d",
+                         group_id, "committed" if commit else "aborted", count, producer_id)
+
+    def _see_producer(self, producer_id: int, producer_epoch: int) -> None:
+        known = self._producer_epochs.get(producer_id)
+        epoch = producer_epoch if known is None else max(known[0], producer_epoch)
+        self._producer_epochs[producer_id] = (epoch, self._clock.now_ms())
 
     def fetch_offsets(
         self,
@@ -785,7 +922,19 @@ class GroupCoordinator:
 
     def load(self) -> None:
         """Rebuild groups and offsets from the store (see ``loader.load_groups``)."""
-        self._groups, self._records_loaded = load_groups(self._store, self._clock)
+        loaded = load_groups(self._store, self._clock)
+        self._groups = loaded.groups
+        self._records_loaded = loaded.records
+        self._log_order = loaded.records
+        now_wall = self._clock.now_ms()
+        self._producer_epochs = {
+            pid: (epoch, now_wall) for pid, epoch in loaded.producer_epochs.items()
+        }
+        self._txn_groups = {}
+        for group in self._groups.values():
+            partition = self.partition_for(group.group_id)
+            for producer_id in group.pending_txn_offsets:
+                self._txn_groups.setdefault((partition, producer_id), set()).add(group.group_id)
 
     def tick(self) -> int | None:
         """One sweep at the clock's current time: expire sessions and pending members, end
@@ -795,8 +944,9 @@ class GroupCoordinator:
         for group in list(self._groups.values()):
             self._sweep_group(group, now)
         if now >= self._next_cleanup:
-            self._next_cleanup = now + OFFSETS_RETENTION_CHECK_INTERVAL_MS
+            self._next_cleanup = now + self._retention_check_ms
             self._expire_offsets()
+            self._expire_producers()
         return self._next_deadline()
 
     def _sweep_group(self, group: GroupMetadata, now: int) -> None:
@@ -859,9 +1009,11 @@ class GroupCoordinator:
         for group in list(self._groups.values()):
             if not group.is_(EMPTY) or group.members or group.pending_members:
                 continue
+            # An offset a transaction is about to replace stays until that transaction ends.
             expired = [
                 tp for tp, co in group.offsets.items()
                 if self._expires_at(group, co) <= now_wall
+                and not group.has_pending_txn_offsets(tp)
             ]
             remove_group = len(expired) == len(group.offsets) and not group.pending_txn_offsets
             if not expired and not remove_group:
@@ -876,6 +1028,15 @@ class GroupCoordinator:
             log.info("group %s: expired %d offsets", group.group_id, len(expired))
             if remove_group:
                 self._drop_group(group, "removed: empty and without offsets")
+
+    def _expire_producers(self) -> None:
+        """Forget the epochs of producers idle for ``producer.id.expiration.ms`` that hold
+        no pending offsets (Kafka expires producer state of a partition the same way)."""
+        cutoff = self._clock.now_ms() - self._producer_expiration_ms
+        busy = {pid for _, pid in self._txn_groups}
+        for pid, (_, seen) in list(self._producer_epochs.items()):
+            if seen <= cutoff and pid not in busy:
+                del self._producer_epochs[pid]
 
     def _expires_at(self, group: GroupMetadata, co: CommittedOffset) -> int:
         if co.expire_timestamp >= 0:
@@ -927,6 +1088,9 @@ class GroupCoordinator:
             members=sum(len(g.members) for g in groups),
             pending_members=sum(len(g.pending_members) for g in groups),
             committed_offsets=sum(len(g.offsets) for g in groups),
+            pending_txn_offsets=sum(
+                len(p) for g in groups for p in g.pending_txn_offsets.values()
+            ),
             waiting_joins=sum(1 for f in self._join_waiters.values() if not f.done()),
             waiting_syncs=sum(1 for f in self._sync_waiters.values() if not f.done()),
             records_loaded=self._records_loaded,
@@ -1019,6 +1183,32 @@ class _JoinRequest:
     rebalance_timeout_ms: int
     client_id: str
     client_host: str
+
+
+def _check_txn_commit_member(
+    group: GroupMetadata, generation_id: int, member_id: str, group_instance_id: str | None
+) -> ErrorCode:
+    """KIP-447's checks of a TxnOffsetCommit against the group (Kafka's
+    validateOffsetCommit for transactional commits)."""
+    if generation_id < 0 and group.is_(EMPTY):
+        return ErrorCode.none
+    if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+        if group.static_member_fenced(member_id, group_instance_id):
+            return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+    # No identity (TxnOffsetCommit v0-2): accepted even while the group has members.
+    return ErrorCode.none
+
+
+def _optional_int(config: BrokerConfig, name: str, default: int) -> int:
+    """A setting that this broker's configuration may not define (yet)."""
+    try:
+        return int(config[name])
+    except KeyError:
+        return default
 
 
 def _no_offset() -> OffsetFetchEntry:

@@ -25,6 +25,14 @@ class CommittedOffset:
     metadata: str
     commit_timestamp: int
     expire_timestamp: int = -1
+    # Position of the record in the coordinator's appends (replay order after a load). Only
+    # compared within one group, whose records all live in one offsets partition: when a
+    # transaction commits, its offset replaces the committed one only if it was written
+    # later (Kafka keeps a plain commit appended after the transactional one).
+    log_order: int = field(default=-1, compare=False)
+
+    def written_after(self, other: CommittedOffset) -> bool:
+        return self.log_order > other.log_order
 
 
 @dataclass(slots=True)
@@ -242,3 +250,30 @@ class GroupMetadata:
 
     def has_pending_txn_offsets(self, tp: TopicPartition) -> bool:
         return any(tp in pending for pending in self.pending_txn_offsets.values())
+
+    def add_pending_txn_offsets(
+        self, producer_id: int, offsets: dict[TopicPartition, CommittedOffset]
+    ) -> None:
+        self.pending_txn_offsets.setdefault(producer_id, {}).update(offsets)
+
+    def complete_txn_offsets(self, producer_id: int, commit: bool) -> int:
+        """End a producer's transaction for this group: on commit its pending offsets
+        replace the committed ones written before them; on abort they are dropped.
+        Returns how many pending offsets the transaction held."""
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if not pending:
+            return 0
+        if commit:
+            for tp, co in pending.items():
+                current = self.offsets.get(tp)
+                if current is None or co.written_after(current):
+                    self.offsets[tp] = co
+        return len(pending)
+
+    def drop_pending_txn_offsets(self, tp: TopicPartition) -> None:
+        """Forget every transaction's pending offset for ``tp`` (its offset was deleted)."""
+        for producer_id in list(self.pending_txn_offsets):
+            pending = self.pending_txn_offsets[producer_id]
+            pending.pop(tp, None)
+            if not pending:
+                del self.pending_txn_offsets[producer_id]

@@ -89,3 +89,4 @@ class CoordinatorStatistics:
     waiting_joins: int
     waiting_syncs: int
     records_loaded: int
+    pending_txn_offsets: int = 0

@@ -224,13 +224,14 @@ def test_load_skips_corrupt_and_foreign_records() -> None:
     store = MemoryOffsetsStore(1)
     good_key = codec.encode_offset_key(codec.OffsetCommitKey("g", "t", 0))
     good_value = codec.encode_offset_value(codec.OffsetCommitValue(3, -1, "", 0))
-    store.partitions[0].extend(
+    store.append(
+        0,
         [
             (b"\x00", b"junk"),  # corrupt key
             (b"\x00\x05\x00\x01g", b"whatever"),  # a newer record type
             (good_key, b"\x00\x09bad"),  # unknown value version
             (good_key, good_value),
-        ]
+        ],
     )
     c = GroupCoordinator(BrokerConfig(), store, make_env().clock)
     c.load()
