@@ -86,10 +86,16 @@ def response_writer(api_key: int, api_version: int) -> tuple[Callable[..., Any],
 def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """Decode header and body. KafkaError(INVALID_REQUEST) for malformed bytes.
 
-    The caller has already checked that (api_key, api_version) is one it serves.
+    An API key or version without a schema raises KafkaError(UNSUPPORTED_VERSION).
     """
     head = parse_request_header(frame)
-    _, reader, flexible = request_schema(head.api_key, head.api_version)
+    try:
+        _, reader, flexible = request_schema(head.api_key, head.api_version)
+    except Exception:  # kio knows no such API key or version
+        raise KafkaError(
+            ErrorCode.unsupported_version,
+            f"no schema for API {head.api_key} version {head.api_version}",
+        ) from None
     pos = _PREFIX.size
     try:
         (length,) = _I16.unpack_from(frame, pos)
