@@ -19,6 +19,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol.skim import skim
 
 _SIZE = struct.Struct(">i")
 _PREFIX = struct.Struct(">hhi")
@@ -90,7 +91,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """
     head = parse_request_header(frame)
     try:
-        _, reader, flexible = request_schema(head.api_key, head.api_version)
+        schema, reader, flexible = request_schema(head.api_key, head.api_version)
     except Exception:  # kio knows no such API key or version
         raise KafkaError(
             ErrorCode.unsupported_version,
@@ -114,6 +115,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
                 pos += size
             if pos > len(frame):
                 raise KafkaError(ErrorCode.invalid_request, "truncated header tags")
+        skim(schema, frame, pos)
         body, used = reader(frame, pos)
     except KafkaError:
         raise
