@@ -45,7 +45,7 @@ class LocalMarkerWriter:
                     producer_id, producer_epoch, coordinator_epoch, commit
                 )
                 if topic == OFFSETS_TOPIC:
-                    self.groups.on_txn_marker(index, producer_id, commit)
+                    self.groups.on_txn_marker(index, producer_id, commit, producer_epoch)
             except KafkaError as exc:
                 log.warning(
                     "%s marker for producer %d epoch %d on %s-%d failed: %s",

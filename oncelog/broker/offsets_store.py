@@ -1,4 +1,11 @@
-"""The group coordinator's store: key/value records in ``__consumer_offsets`` partitions."""
+"""Key/value stores over internal topics' partition logs: ``__consumer_offsets`` for the
+group coordinator and ``__transaction_state`` for the transaction coordinator.
+
+Appends go through the partition's normal append path (so producer state sees transactional
+offset commits as open transactions that a marker later ends); replays read everything from
+the log start to the log end, open and aborted transactions and markers included, because
+the coordinators rebuild their own view of pending and decided state.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +13,19 @@ from collections.abc import Iterator
 
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import Clock
+from oncelog.coordinator.group.store import StoredRecord
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.codec import RecordInput, iter_records
 from oncelog.records.codec import encode_batch as encode_records
+from oncelog.records.control import decode_control
 from oncelog.records.validate import validate_batches
 
 READ_CHUNK = 4 * 1024 * 1024
+NO_LIMIT = 2**31 - 1
 
 
 class LogOffsetsStore:
-    """Appends and replays records of an internal topic through the partition logs."""
+    """Appends and replays key/value records of an internal topic."""
 
     def __init__(self, registry: PartitionRegistry, topic: str, clock: Clock) -> None:
         self.registry = registry
@@ -27,21 +37,49 @@ class LogOffsetsStore:
         return self.registry.topics[self.topic].partitions
 
     def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        self._append(partition, records)
+
+    def append_transactional(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        producer_id: int,
+        producer_epoch: int,
+    ) -> None:
+        self._append(partition, records, producer_id=producer_id, producer_epoch=producer_epoch)
+
+    def _append(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
         if not records:
             return
         now = self.clock.now_ms()
         batch = bytearray(
-            encode_records([RecordInput(key=k, value=v, timestamp=now) for k, v in records])
+            encode_records(
+                [RecordInput(key=k, value=v, timestamp=now) for k, v in records],
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                transactional=producer_id >= 0,
+            )
         )
-        headers = validate_batches(batch, max_batch_bytes=2**31 - 1)
+        headers = validate_batches(batch, max_batch_bytes=NO_LIMIT, allow_control=True)
         target = self.registry.get(self.topic, partition)
-        target.append(batch, headers, None)
+        target.append(batch, headers, None, from_client=False)
         if target.log.config.flush_messages <= 1:
             target.log.flush()
 
     def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        target = self.registry.get(self.topic, partition)
-        plog = target.log
+        for record in self.read_records(partition):
+            if record.control is None and record.key is not None:
+                yield record.key, record.value
+
+    def read_records(self, partition: int) -> Iterator[StoredRecord]:
+        plog = self.registry.get(self.topic, partition).log
         offset = plog.log_start_offset
         end = plog.log_end_offset
         while offset < end:
@@ -51,8 +89,22 @@ class LogOffsetsStore:
             progressed = False
             for header, records in iter_records(result.data):
                 for record in records:
-                    if record.offset >= offset and record.key is not None:
-                        yield record.key, record.value
+                    if record.offset < offset:
+                        continue
+                    if header.is_control:
+                        try:
+                            control, _ = decode_control(record)
+                        except KafkaError:
+                            continue
+                        yield StoredRecord(
+                            record.key, record.value, header.producer_id,
+                            header.is_transactional, int(control), header.producer_epoch,
+                        )
+                    else:
+                        yield StoredRecord(
+                            record.key, record.value, header.producer_id,
+                            header.is_transactional, None, header.producer_epoch,
+                        )
                 if header.next_offset > offset:
                     offset = header.next_offset
                     progressed = True

@@ -88,9 +88,16 @@ class Partition:
         return offset
 
     def append(
-        self, buf: bytearray, headers: list[BatchHeader], log_append_time_ms: int | None
+        self,
+        buf: bytearray,
+        headers: list[BatchHeader],
+        log_append_time_ms: int | None,
+        *,
+        from_client: bool = True,
     ) -> AppendResult:
-        result = self.log.append(buf, headers, log_append_time_ms=log_append_time_ms)
+        result = self.log.append(
+            buf, headers, log_append_time_ms=log_append_time_ms, from_client=from_client
+        )
         self.wake_waiters()
         return result
 

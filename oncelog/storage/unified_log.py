@@ -138,14 +138,24 @@ class UnifiedLog:
 
     # -- appends ---------------------------------------------------------------------------
     def append(
-        self, buf: bytearray, headers: list[BatchHeader], *, log_append_time_ms: int | None = None
+        self,
+        buf: bytearray,
+        headers: list[BatchHeader],
+        *,
+        log_append_time_ms: int | None = None,
+        from_client: bool = True,
     ) -> AppendResult:
-        """Append validated client batches; a duplicate retry returns the original offsets."""
+        """Append validated batches; a duplicate retry returns the original offsets.
+
+        ``from_client=False`` is a coordinator's own write (e.g. transactional offset
+        commits): only the producer epoch is checked, not sequences."""
         state = self.producer_state
         with_pid = [h for h in headers if h.producer_id >= 0]
         if with_pid:
             duplicate = (
-                state.check(with_pid[0]) if len(headers) == 1 else state.check_batches(headers)
+                state.check(with_pid[0], is_from_client=from_client)
+                if len(headers) == 1
+                else state.check_batches(headers, is_from_client=from_client)
             )
             if duplicate is not None:
                 return AppendResult(
