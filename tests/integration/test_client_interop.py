@@ -93,8 +93,10 @@ def confluent_read(bootstrap: str, topic: str, expected: int) -> dict[bytes, int
             for m in consumer.consume(100, 0.5):
                 if m.error():
                     continue
-                got[m.key()] = m.partition()
-                assert m.value() == b"from-oncelog:" + m.key()
+                key, partition = m.key(), m.partition()
+                assert key is not None and partition is not None
+                got[key] = partition
+                assert m.value() == b"from-oncelog:" + key
     finally:
         consumer.close()
     return got
