@@ -256,7 +256,11 @@ class KafkaPythonClient:
             if stop is None:
                 raise
         finally:
-            producer.close(timeout=5)
+            try:
+                producer.close(timeout=5)
+            except Exception:
+                if stop is None:
+                    raise
         for sent, fut in futures:
             if fut.succeeded():
                 meta = fut.value

@@ -18,7 +18,7 @@ from oncelog.protocol.build import make, response_module, to_ms
 log = logging.getLogger(__name__)
 
 
-@handles(versions.INIT_PRODUCER_ID, 0, 5)
+@handles(versions.INIT_PRODUCER_ID, 0, 6)
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.INIT_PRODUCER_ID, ctx.api_version)
     if request.transactional_id is not None:
