@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -99,13 +99,46 @@ class TxnClient(Protocol):
     def latest_offsets(self, topic: str, partitions: int, *, committed: bool) -> dict[int, int]:
         """ListOffsets "latest" per partition: the LSO under read_committed, else the HW."""
         ...
-    def group_consumer(self, topic: str, group: str) -> GroupConsumer: ...
+    def group_consumer(
+        self, topic: str, group: str, *, assign: int | None = None
+    ) -> GroupConsumer:
+        """A read_committed consumer of ``group``: subscribed to ``topic``, or, with
+        ``assign=N``, assigned its N partitions from the group's committed offsets (a
+        standalone consumer that commits to the group without being a member of it)."""
+        ...
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]: ...
     def is_fenced(self, exc: BaseException) -> bool: ...
     def is_old_epoch(self, exc: BaseException) -> bool:
         """The client's error for a produce the partition refused as from an older epoch."""
         ...
     def close(self) -> None: ...
+
+
+def poll_until(
+    consumer: GroupConsumer, count: int, timeout: float = 30.0, most: int = 1000
+) -> list[Rec]:
+    """Poll until ``count`` records arrived (or ``timeout``), at most ``most`` per poll."""
+    got: list[Rec] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += consumer.poll(most, 0.2)
+    return got
+
+
+def processed_offsets(records: Iterable[Rec]) -> dict[TP, int]:
+    """The offsets to commit after processing ``records``: one past the last, per partition."""
+    out: dict[TP, int] = {}
+    for r in records:
+        out[(r.topic, r.partition)] = max(out.get((r.topic, r.partition), 0), r.offset + 1)
+    return out
+
+
+def transform(producer: TxnProducer, dst: str, records: Iterable[Rec]) -> list[Rec]:
+    """Send ``out:<value>`` for each input record to the same partition of ``dst``; acks."""
+    for r in records:
+        assert r.value is not None
+        producer.send(dst, b"out:" + r.value, partition=r.partition)
+    return producer.flush()
 
 
 def _read_loop(
@@ -229,8 +262,8 @@ class _ConfluentProducer:
 
 
 class _ConfluentGroupConsumer:
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
-        from confluent_kafka import Consumer
+    def __init__(self, bootstrap: str, topic: str, group: str, assign: int | None) -> None:
+        from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 
         self.group = group
         self.native = Consumer(
@@ -244,7 +277,10 @@ class _ConfluentGroupConsumer:
                 "session.timeout.ms": 10_000,
             }
         )
-        self.native.subscribe([topic])
+        if assign is None:
+            self.native.subscribe([topic])
+        else:
+            self.native.assign([TopicPartition(topic, p, OFFSET_STORED) for p in range(assign)])
 
     def poll(self, max_records: int, timeout: float) -> list[Rec]:
         out = []
@@ -335,8 +371,10 @@ class ConfluentTxnClient:
         )
         return {tp.partition: fut.result().offset for tp, fut in futures.items()}
 
-    def group_consumer(self, topic: str, group: str) -> GroupConsumer:
-        return _ConfluentGroupConsumer(self.bootstrap, topic, group)
+    def group_consumer(
+        self, topic: str, group: str, *, assign: int | None = None
+    ) -> GroupConsumer:
+        return _ConfluentGroupConsumer(self.bootstrap, topic, group, assign)
 
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]:
         from confluent_kafka import Consumer, TopicPartition
@@ -391,10 +429,11 @@ class _KafkaPythonProducer:
         self._p.init_transactions()
 
     def begin(self) -> None:
-        self._p.begin_transaction()
+        self._call(self._p.begin_transaction)
 
     def send(self, topic: str, value: bytes, *, partition: int, key: bytes | None = None) -> None:
-        self._futures.append(self._p.send(topic, value=value, key=key, partition=partition))
+        self._futures.append(
+            self._call(self._p.send, topic, value=value, key=key, partition=partition))
 
     def flush(self, timeout: float = OP_TIMEOUT) -> list[Rec]:
         futures, self._futures = self._futures, []
@@ -414,26 +453,31 @@ class _KafkaPythonProducer:
             consumer.native.group_metadata(),
         )
 
-    def _end(self, fn: Any) -> None:
-        """Commit or abort, with kafka-python's own fatal error when it is in one.
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call the producer, raising kafka-python's own fatal error when it is in one.
 
-        kafka-python answers a transactional call made in a fatal state with a generic
-        ``KafkaError("... in an error state: <error>")``; the error itself (e.g.
-        ``ProducerFencedError``) is its transaction manager's ``last_error``. While it bumps
-        the epoch after a refused produce, it cannot start an abort yet, so wait for that.
+        kafka-python answers a call made in a fatal state with a generic ``KafkaError("...
+        in an error state" / "Cannot perform send because ...")``; the error itself (e.g.
+        ``ProducerFencedError``) is its transaction manager's ``last_error``.
         """
         from kafka.errors import KafkaError
 
         tm = self._p._transaction_manager
-        deadline = time.monotonic() + OP_TIMEOUT
-        while tm.is_bumping_epoch() and time.monotonic() < deadline:
-            time.sleep(0.05)
         try:
-            fn()
+            return fn(*args, **kwargs)
         except KafkaError as exc:
             if type(exc) is KafkaError and tm.has_fatal_error() and tm.last_error is not None:
                 raise tm.last_error from exc
             raise
+
+    def _end(self, fn: Any) -> None:
+        # While it bumps the epoch after a refused produce, kafka-python cannot start an
+        # abort yet ("invalid transition"), so wait for the bump to finish first.
+        tm = self._p._transaction_manager
+        deadline = time.monotonic() + OP_TIMEOUT
+        while tm.is_bumping_epoch() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._call(fn)
 
     def commit(self) -> None:
         self._end(self._p.commit_transaction)
@@ -446,8 +490,8 @@ class _KafkaPythonProducer:
 
 
 class _KafkaPythonGroupConsumer:
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
-        from kafka import KafkaConsumer
+    def __init__(self, bootstrap: str, topic: str, group: str, assign: int | None) -> None:
+        from kafka import KafkaConsumer, TopicPartition
 
         self.group = group
         self.native = KafkaConsumer(
@@ -458,7 +502,11 @@ class _KafkaPythonGroupConsumer:
             auto_offset_reset="earliest",
             fetch_max_wait_ms=100,
         )
-        self.native.subscribe([topic])
+        if assign is None:
+            self.native.subscribe([topic])
+        else:
+            self.native.assign([TopicPartition(topic, p) for p in range(assign)])
+            self.rewind_to_committed()
 
     def poll(self, max_records: int, timeout: float) -> list[Rec]:
         batch = self.native.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
@@ -547,8 +595,10 @@ class KafkaPythonTxnClient:
         finally:
             consumer.close(autocommit=False)
 
-    def group_consumer(self, topic: str, group: str) -> GroupConsumer:
-        return _KafkaPythonGroupConsumer(self.bootstrap, topic, group)
+    def group_consumer(
+        self, topic: str, group: str, *, assign: int | None = None
+    ) -> GroupConsumer:
+        return _KafkaPythonGroupConsumer(self.bootstrap, topic, group, assign)
 
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]:
         from kafka import TopicPartition
@@ -675,15 +725,17 @@ class _AioProducer:
 
 
 class _AioGroupConsumer:
-    def __init__(self, loop: _Loop, bootstrap: str, topic: str, group: str) -> None:
-        from aiokafka import AIOKafkaConsumer
+    def __init__(
+        self, loop: _Loop, bootstrap: str, topic: str, group: str, assign: int | None
+    ) -> None:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
 
         self.group = group
         self._loop = loop
 
         async def start() -> Any:
             c = AIOKafkaConsumer(
-                topic,
+                *([topic] if assign is None else []),
                 bootstrap_servers=bootstrap,
                 group_id=group,
                 isolation_level="read_committed",
@@ -695,6 +747,12 @@ class _AioGroupConsumer:
             return c
 
         self.native = loop.run(start())
+        if assign is not None:
+            async def assign_all() -> None:
+                self.native.assign([TopicPartition(topic, p) for p in range(assign)])
+
+            loop.run(assign_all())
+            self.rewind_to_committed()
 
     def poll(self, max_records: int, timeout: float) -> list[Rec]:
         batch = self._loop.run(self.native.getmany(timeout_ms=int(timeout * 1000),
@@ -801,8 +859,10 @@ class AioKafkaTxnClient:
 
         return self._loop.run(run())
 
-    def group_consumer(self, topic: str, group: str) -> GroupConsumer:
-        return _AioGroupConsumer(self._loop, self.bootstrap, topic, group)
+    def group_consumer(
+        self, topic: str, group: str, *, assign: int | None = None
+    ) -> GroupConsumer:
+        return _AioGroupConsumer(self._loop, self.bootstrap, topic, group, assign)
 
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]:
         from aiokafka import TopicPartition
@@ -850,7 +910,54 @@ def hang_main(argv: Sequence[str]) -> int:
         time.sleep(60)
 
 
+def ctp_main(argv: Sequence[str]) -> int:
+    """One consume-transform-produce transaction, reporting each step on stdout.
+
+    Consumes COUNT records of SRC (all its PARTITIONS, assigned, from GROUP's committed
+    offsets), sends ``out:<value>`` to DST, prints ``ACKED p:o ...``; with PAUSE=1 waits for
+    a line on stdin; sends the offsets (``OFFSETS``) and commits (``COMMITTED``). On an error
+    prints ``ERROR <exc>``, then aborts (``ABORTED`` or ``ABORT-FAILED <exc>``).
+    """
+    name, bootstrap, txn_id, group, src, partitions, dst, count, pause = argv
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    client = TXN_CLIENTS[name](bootstrap)
+    consumer = client.group_consumer(src, group, assign=int(partitions))
+    producer = client.producer(txn_id, timeout_ms=60_000)
+    producer.init()
+    records = poll_until(consumer, int(count))
+    say(f"CONSUMED {len(records)}")
+    try:
+        producer.begin()
+        acks = transform(producer, dst, records)
+        say("ACKED " + " ".join(f"{a.partition}:{a.offset}" for a in acks))
+        if pause == "1":
+            sys.stdin.readline()
+        producer.send_offsets(processed_offsets(records), consumer)
+        say("OFFSETS")
+        producer.commit()
+        say("COMMITTED")
+    except Exception as exc:
+        say(f"ERROR {exc!r}")
+        try:
+            producer.abort()
+            say("ABORTED")
+        except Exception as again:
+            say(f"ABORT-FAILED {again!r}")
+    producer.close()
+    consumer.close()
+    client.close()
+    return 0
+
+
+USAGE = f"""usage:
+  {sys.argv[0]} hang CLIENT BOOTSTRAP TXN_ID TOPIC PARTITION COUNT TIMEOUT_MS
+  {sys.argv[0]} ctp CLIENT BOOTSTRAP TXN_ID GROUP SRC PARTITIONS DST COUNT PAUSE"""
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "hang":
-        sys.exit(hang_main(sys.argv[2:]))
-    sys.exit(f"usage: {sys.argv[0]} hang CLIENT BOOTSTRAP TXN_ID TOPIC PARTITION COUNT TIMEOUT_MS")
+    commands = {"hang": hang_main, "ctp": ctp_main}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        sys.exit(USAGE)
+    sys.exit(commands[sys.argv[1]](sys.argv[2:]))
