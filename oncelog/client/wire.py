@@ -13,10 +13,13 @@ this client does not do). ``negotiate`` picks the highest version both sides sup
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import struct
-from typing import Any, Final
+import types
+import typing
+from typing import Any, ClassVar, Final
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -137,9 +140,75 @@ def response_correlation_id(frame: bytes) -> int:
     return int(_I32.unpack_from(frame, 0)[0])
 
 
+@functools.cache
+def _tolerant(cls: Any) -> Any:
+    """``cls`` with every non-nullable ``datetime_i64`` field read as a plain int64.
+
+    kio refuses negative timestamps, but Kafka answers -1 for "none" (e.g. the start time of
+    a transaction that is not running, in DescribeTransactions)."""
+    changed = False
+    specs: list[Any] = []
+    for f in dataclasses.fields(cls):
+        metadata = dict(f.metadata)
+        tp: Any = f.type
+        if metadata.get("kafka_type") == "datetime_i64" and "None" not in str(f.type):
+            # (nullable ones already read -1 as None)
+            metadata["kafka_type"] = "int64"
+            tp = int
+            changed = True
+        else:
+            inner = _nested_class(f.type)
+            if inner is not None and _tolerant(inner) is not inner:
+                tp = _replace_nested(f.type, inner, _tolerant(inner))
+                changed = True
+        default: Any = dataclasses.field(metadata=metadata)
+        if f.default is not dataclasses.MISSING:
+            default = dataclasses.field(default=f.default, metadata=metadata)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = dataclasses.field(default_factory=f.default_factory, metadata=metadata)
+        specs.append((f.name, tp, default))
+    if not changed:
+        return cls
+    namespace = {
+        name: getattr(cls, name)
+        for name in ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")
+        if hasattr(cls, name)
+    }
+    clone = dataclasses.make_dataclass(
+        cls.__name__, specs, namespace=namespace, frozen=True, slots=True, kw_only=True
+    )
+    clone.__annotations__.update({k: ClassVar for k in namespace})
+    return clone
+
+
+def _nested_class(tp: Any) -> Any:
+    for arg in (tp, *typing.get_args(tp)):
+        if dataclasses.is_dataclass(arg):
+            return arg
+        for inner in typing.get_args(arg):
+            if dataclasses.is_dataclass(inner):
+                return inner
+    return None
+
+
+def _replace_nested(tp: Any, old: Any, new: Any) -> Any:
+    if tp is old:
+        return new
+    args = typing.get_args(tp)
+    if not args:
+        return tp
+    replaced = tuple(_replace_nested(a, old, new) for a in args)
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        return tuple[replaced]  # type: ignore[valid-type]
+    if origin in (types.UnionType, typing.Union):
+        return typing.Union[replaced]  # noqa: UP007
+    return tp
+
+
 def decode_response(api_key: int, version: int, frame: bytes) -> Any:
     """The body of a response frame (without its 4-byte size prefix)."""
-    cls = load_response_schema(api_key, version)
+    cls = _tolerant(load_response_schema(api_key, version))
     pos = 4
     if cls.__flexible__ and api_key != api.API_VERSIONS:
         pos = _skip_tagged_fields(frame, pos)

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["AIOAdmin", "NewTopic", "ProducerState", "TransactionDescription", "TransactionListing"]
 
 
+FORCE_TERMINATE_TIMEOUT_MS = 1
+
+
 @dataclass(frozen=True)
 class NewTopic:
     name: str
@@ -327,7 +330,9 @@ class AIOAdmin:
                         api.INIT_PRODUCER_ID,
                         v,
                         transactional_id=transactional_id,
-                        transaction_timeout=self.config["transaction.timeout.ms"],
+                        # Any valid timeout will do: the terminated id keeps no transaction,
+                        # and 1 ms is within every broker's transaction.max.timeout.ms.
+                        transaction_timeout=FORCE_TERMINATE_TIMEOUT_MS,
                         producer_id=-1,
                         producer_epoch=-1,
                         enable2_pc=False,
