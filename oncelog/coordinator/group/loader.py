@@ -174,12 +174,7 @@ def load_groups(store: OffsetsStore, clock: Clock) -> LoadedGroups:
 
 
 def _records_of(store: OffsetsStore, partition: int) -> Iterable[StoredRecord]:
-    reader = getattr(store, "read_records", None)
-    if reader is None:
-        # A store that predates transactional offsets: its records are all plain.
-        return (StoredRecord(k, v) for k, v in store.read(partition))
-    records: Iterable[StoredRecord] = reader(partition)
-    return records
+    return store.read_records(partition)
 
 
 def group_from_record(
