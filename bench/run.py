@@ -92,9 +92,16 @@ def run_one(
         base = {"bootstrap": running.bootstrap, "topic": topic, "records": records,
                 "record_size": scenario.record_size, "timeout": timeout}
         worker_log = out_dir / f"workers-{broker_name}-{scenario.name}-{tag}.log"
+        if scenario.small_txns is not None:
+            outcome["txn-rate"] = run_worker(
+                {**base, "phase": "txn-rate", "config": scenario.producer_config(),
+                 "txns": scenario.scaled_txns(scale)},
+                worker_log,
+            )
+            return outcome
         outcome["produce"] = run_worker(
             {**base, "phase": "produce", "config": scenario.producer_config(),
-             "txn_records": scenario.txn_records},
+             "txn_records": scenario.txn_records, "txn_interval_ms": scenario.txn_interval_ms},
             worker_log,
         )
         outcome["consume"] = run_worker(
@@ -145,7 +152,10 @@ def results_table(
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 3 + "---:|" * (len(header) - 3)]
     joins = ["| scenario | " + " | ".join(f"{brokers.LABELS[n]} join s" for n in broker_names)
              + " |", "|---|" + "---:|" * len(broker_names)]
+    rate_scenarios = [sc for sc in scenarios if sc.small_txns is not None]
     for scenario in scenarios:
+        if scenario.small_txns is not None:
+            continue
         join_cells = []
         for phase in ("produce", "consume"):
             cells = [scenario.name, fmt_int(scenario_records(outcomes, scenario)), phase]
@@ -167,9 +177,39 @@ def results_table(
                 cells.append(f"{ratio:.2f}" if ratio is not None else "—")
             lines.append("| " + " | ".join(cells) + " |")
         joins.append(f"| {scenario.name} | " + " | ".join(join_cells) + " |")
-    return "\n".join(lines) + "\n\nConsumer group join (subscribe to partition assignment):\n\n" + (
-        "\n".join(joins)
-    )
+    text = "\n".join(lines) + "\n\nConsumer group join (subscribe to partition assignment):\n\n"
+    text += "\n".join(joins)
+    if rate_scenarios:
+        text += "\n\n" + txn_rate_table(outcomes, broker_names, rate_scenarios)
+    return text
+
+
+def txn_rate_table(
+    outcomes: list[dict[str, Any]], broker_names: list[str], scenarios: list[Scenario]
+) -> str:
+    """Transactions/s and commit latency (begin to commit returned) per broker."""
+    lines = [
+        "Small transactions, one after the other (begin, sends, commit):",
+        "",
+        "| scenario | broker | transactions | transactions/s | p50 ms | p99 ms |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for scenario in scenarios:
+        for name in broker_names:
+            runs = [o.get("txn-rate") for o in outcomes
+                    if o["scenario"] == scenario.name and o["broker"] == name]
+            good = sorted((r for r in runs if r and not r.get("errors")),
+                          key=lambda r: r["txn_per_s"])
+            label = brokers.LABELS[name]
+            if not good:
+                lines.append(f"| {scenario.name} | {label} | — | failed | — | — |")
+                continue
+            r = good[(len(good) - 1) // 2]
+            lines.append(
+                f"| {scenario.name} | {label} | {fmt_int(r['txns'])} | {r['txn_per_s']:,.0f} "
+                f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |"
+            )
+    return "\n".join(lines)
 
 
 def scenario_records(outcomes: list[dict[str, Any]], scenario: Scenario) -> int:
@@ -183,7 +223,8 @@ def problems(outcomes: list[dict[str, Any]]) -> list[str]:
     found = []
     for o in outcomes:
         where = f"{o['broker']} {o['scenario']}"
-        for phase in ("produce", "consume"):
+        phases = ("txn-rate",) if "txn-rate" in o else ("produce", "consume")
+        for phase in phases:
             res = o.get(phase)
             if res is None:
                 found.append(f"{where} {phase}: not run")
@@ -334,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
                                "records": scenario.scaled_records(args.scale),
                                "produce": failure, "consume": failure, "exit_code": None}
                 outcomes.append(outcome)
+                if "txn-rate" in outcome:
+                    tr = outcome["txn-rate"]
+                    logger.info("  transactions: %s", f"{tr.get('txn_per_s', 0):,.0f}/s, p50 "
+                                f"{tr.get('p50_ms', 0):.2f} ms, p99 {tr.get('p99_ms', 0):.2f} ms"
+                                if not tr.get("errors") else "FAILED")
+                    continue
                 for phase in ("produce", "consume"):
                     r = rate(outcome.get(phase))
                     logger.info("  %s: %s", phase,

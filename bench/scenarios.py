@@ -42,11 +42,25 @@ class Scenario:
     """Overrides on top of BASE_CONSUMER."""
     txn_records: int | None = None
     """Transactional producer committing every this many records (None: no transactions)."""
+    txn_interval_ms: int | None = None
+    """Transactional producer committing every this many milliseconds."""
+    small_txns: int | None = None
+    """A transaction-rate scenario: this many transactions of ``records`` records each,
+    one after the other, each committed before the next begins (no consume phase)."""
     default: bool = True
     description: str = ""
 
     def scaled_records(self, scale: float) -> int:
+        if self.small_txns is not None:
+            return self.records
         return max(1000, round(self.records * scale))
+
+    def scaled_txns(self, scale: float) -> int:
+        return max(100, round((self.small_txns or 0) * scale))
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.txn_records or self.txn_interval_ms or self.small_txns)
 
     def producer_config(self) -> dict[str, Any]:
         return {**BASE_PRODUCER, **self.producer}
@@ -107,5 +121,44 @@ register(
         consumer={"isolation.level": "read_committed"},
         default=False,
         description="transactional producer, a commit every 10k records; read_committed",
+    )
+)
+
+for _partitions in (1, 4):
+    register(
+        Scenario(
+            f"1KiB-x200k-{_partitions}p-idempotent",
+            200_000,
+            1024,
+            _partitions,
+            producer={"enable.idempotence": True},
+            default=False,
+            description="idempotent producer (compare with the plain 1KiB scenario)",
+        )
+    )
+register(
+    Scenario(
+        "1KiB-x200k-4p-txn100ms",
+        200_000,
+        1024,
+        4,
+        producer={"enable.idempotence": True},
+        txn_interval_ms=100,
+        consumer={"isolation.level": "read_committed"},
+        default=False,
+        description="transactional producer committing every 100 ms; read_committed consumer",
+    )
+)
+register(
+    Scenario(
+        "txn-rate-10x100B-1p",
+        10,
+        100,
+        1,
+        producer={"enable.idempotence": True, "linger.ms": 0},
+        small_txns=2000,
+        default=False,
+        description="one producer doing small transactions of 10 x 100 B on 1 partition, "
+        "one after the other; transactions/s and commit latency",
     )
 )

@@ -34,16 +34,20 @@ def produce(job: dict[str, Any]) -> dict[str, Any]:
         "error_cb": lambda err: errors.append(f"client: {err}") if err.fatal() else None,
     }
     txn_records = job.get("txn_records")
-    if txn_records:
+    txn_interval = job.get("txn_interval_ms")
+    if txn_records or txn_interval:
         config["transactional.id"] = f"bench-{uuid.uuid4().hex[:12]}"
     producer = Producer(config)
     topic, count = job["topic"], job["records"]
     value = os.urandom(job["record_size"])
     send, poll = producer.produce, producer.poll
-    if txn_records:
+    transactional = bool(txn_records or txn_interval)
+    commits = 0
+    if transactional:
         producer.init_transactions(30)
     start = time.perf_counter()
-    if txn_records:
+    next_commit = start + (txn_interval or 0) / 1000
+    if transactional:
         producer.begin_transaction()
     for i in range(count):
         while True:
@@ -52,14 +56,20 @@ def produce(job: dict[str, Any]) -> dict[str, Any]:
                 break
             except BufferError:
                 poll(0.005)
-        if txn_records and (i + 1) % txn_records == 0:
+        due = (txn_records and (i + 1) % txn_records == 0) or (
+            txn_interval and i & 0xFF == 0 and time.perf_counter() >= next_commit
+        )
+        if due:
             producer.commit_transaction(60)
+            commits += 1
+            next_commit = time.perf_counter() + (txn_interval or 0) / 1000
             if i + 1 < count:
                 producer.begin_transaction()
         elif i & 0x3FF == 0:
             poll(0)
-    if txn_records and count % txn_records:
+    if transactional and (txn_interval or count % (txn_records or 1)):
         producer.commit_transaction(60)
+        commits += 1
     left = producer.flush(job["timeout"])
     seconds = time.perf_counter() - start
     if left:
@@ -68,6 +78,48 @@ def produce(job: dict[str, Any]) -> dict[str, Any]:
         "records": count,
         "bytes": count * len(value),
         "seconds": seconds,
+        "commits": commits,
+        "errors": len(errors),
+        "first_errors": errors[:5],
+    }
+
+
+def txn_rate(job: dict[str, Any]) -> dict[str, Any]:
+    """Small transactions one after the other: begin, N sends, commit; time each commit."""
+    errors: list[str] = []
+    config = {
+        "bootstrap.servers": job["bootstrap"],
+        **job["config"],
+        "transactional.id": f"bench-{uuid.uuid4().hex[:12]}",
+        "error_cb": lambda err: errors.append(f"client: {err}") if err.fatal() else None,
+    }
+    producer = Producer(config)
+    producer.init_transactions(30)
+    value = os.urandom(job["record_size"])
+    per_txn, txns = job["records"], job["txns"]
+    latencies: list[float] = []
+    start = time.perf_counter()
+    for _ in range(txns):
+        began = time.perf_counter()
+        producer.begin_transaction()
+        for _ in range(per_txn):
+            producer.produce(job["topic"], value)
+        producer.commit_transaction(30)
+        latencies.append(time.perf_counter() - began)
+    seconds = time.perf_counter() - start
+    latencies.sort()
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
+
+    return {
+        "records": txns * per_txn,
+        "bytes": txns * per_txn * len(value),
+        "seconds": seconds,
+        "txns": txns,
+        "txn_per_s": txns / seconds,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
         "errors": len(errors),
         "first_errors": errors[:5],
     }
@@ -125,7 +177,8 @@ def consume(job: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     job = json.loads(argv[1])
     try:
-        result = produce(job) if job["phase"] == "produce" else consume(job)
+        phases = {"produce": produce, "consume": consume, "txn-rate": txn_rate}
+        result = phases[job["phase"]](job)
     except KafkaException as exc:
         result = {"records": 0, "bytes": 0, "seconds": 0.0, "errors": 1,
                   "first_errors": [str(exc)]}
