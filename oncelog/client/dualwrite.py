@@ -64,6 +64,7 @@ import contextlib
 import dataclasses
 import logging
 import re
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -383,7 +384,7 @@ class DualWriter:
     def _connect(self) -> Any:
         conn = self._db_connect()
         if getattr(conn, "autocommit", False) is True or (
-            type(conn).__module__ == "sqlite3" and getattr(conn, "isolation_level", "") is None
+            isinstance(conn, sqlite3.Connection) and conn.isolation_level is None
         ):
             conn.close()
             raise ValueError("the database connection must not be in autocommit mode")
