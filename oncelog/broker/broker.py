@@ -17,6 +17,7 @@ from pathlib import Path
 
 from oncelog.broker import api
 from oncelog.broker.markers import LocalMarkerWriter
+from oncelog.broker.metrics import serve_metrics
 from oncelog.broker.offsets_store import LogOffsetsStore
 from oncelog.broker.partitions import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, PartitionRegistry
 from oncelog.broker.server import Server
@@ -40,8 +41,10 @@ class Broker:
         listen: tuple[str, int],
         advertised: tuple[str, int] | None = None,
         clock: Clock | None = None,
+        metrics_listen: tuple[str, int] | None = None,
     ) -> None:
         self.config = config
+        self.metrics_listen = metrics_listen  # HOST, PORT of GET /metrics; None: off
         self.clock: Clock = clock or SystemClock()
         self.data_dir = data_dir
         self.node_id = int(config["node.id"])
@@ -134,6 +137,8 @@ class Broker:
                                 self._retention_tick),
                     name="log-retention",
                 )
+                if self.metrics_listen is not None:
+                    tasks.create_task(serve_metrics(self, *self.metrics_listen), name="metrics")
                 if on_ready is not None:
                     on_ready(self.listen_host, self.server.port)
                 log.info("broker %d serving on %s:%d (advertised %s:%d), cluster %s",

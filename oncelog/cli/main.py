@@ -1,4 +1,8 @@
-"""The ``oncelog`` command."""
+"""The ``oncelog`` command: ``serve`` a broker; ``topics``, ``txn`` and ``metrics`` talk to one.
+
+Admin commands take ``--bootstrap-server HOST:PORT`` (default 127.0.0.1:9092) as Kafka's
+tools do; see ``oncelog.cli.txn`` and ``oncelog.cli.topics``.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config-file", type=Path, default=None)
     serve.add_argument("-c", dest="configs", action="append", default=[], metavar="KEY=VALUE")
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--metrics", type=_host_port, default=None, metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)",
+    )
+    from oncelog.cli import metrics, topics, txn
+
+    topics.add_parser(sub)
+    txn.add_parser(sub)
+    metrics.add_parser(sub)
     return parser
 
 
@@ -53,7 +66,13 @@ def serve(args: argparse.Namespace) -> int:
         print(f"oncelog: bad configuration: {exc}", file=sys.stderr)
         return 2
     data_dir = args.data_dir or Path(config["log.dirs"])
-    broker = Broker(config, data_dir=data_dir, listen=args.listen, advertised=args.advertised)
+    broker = Broker(
+        config,
+        data_dir=data_dir,
+        listen=args.listen,
+        advertised=args.advertised,
+        metrics_listen=args.metrics,
+    )
 
     def on_ready(host: str, port: int) -> None:
         print(f"oncelog ready on {host}:{port}", flush=True)
@@ -69,14 +88,35 @@ def serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"oncelog: cannot serve: {exc}", file=sys.stderr)
         return 1
+    except BaseExceptionGroup as group:
+        # From a background task, e.g. the metrics address cannot be bound.
+        error = _first_os_error(group)
+        if error is None:
+            raise
+        print(f"oncelog: cannot serve: {error}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _first_os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, OSError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_os_error(exc)
+            if found is not None:
+                return found
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
-    return 2
+    from oncelog.cli import metrics, topics, txn
+
+    runners = {"topics": topics.run, "txn": txn.run, "metrics": metrics.run}
+    return runners[args.command](args)
 
 
 if __name__ == "__main__":

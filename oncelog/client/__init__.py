@@ -29,8 +29,10 @@ from typing import Any
 from oncelog.client._loop import LoopThread
 from oncelog.client.aio.admin import (
     AIOAdmin,
+    ClusterDescription,
     NewTopic,
     ProducerState,
+    TopicDescription,
     TransactionDescription,
     TransactionListing,
 )
@@ -381,6 +383,16 @@ class Admin:
         """Topic name -> partition count."""
         return dict(self._run(self._core.list_topics(internal=internal)))
 
+    def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicDescription]:
+        """Partitions and leaders of ``names`` (None: all topics, internal included)."""
+        wanted = None if names is None else list(names)
+        return dict(self._run(self._core.describe_topics(wanted)))
+
+    def describe_cluster(self) -> ClusterDescription:
+        """Cluster id, controller and brokers, from a fresh metadata request."""
+        result: ClusterDescription = self._run(self._core.describe_cluster())
+        return result
+
     def list_transactions(
         self,
         *,
@@ -417,7 +429,8 @@ class Admin:
         producer_epoch: int,
         coordinator_epoch: int,
     ) -> None:
-        """Not supported (needs the inter-broker WriteTxnMarkers); raises NotSupportedError."""
+        """Java's Admin.abortTransaction: write an ABORT marker for a hanging transaction of
+        ``producer_id`` on one partition (WriteTxnMarkers to its leader)."""
         self._run(
             self._core.abort_transaction(
                 topic_partition, producer_id, producer_epoch, coordinator_epoch

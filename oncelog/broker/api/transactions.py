@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.errors import ErrorCode
+from oncelog.broker.partitions import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
 
@@ -155,16 +156,59 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+def _write_client_marker(
+    ctx: RequestContext, marker: Any, topic: str, index: int
+) -> ErrorCode:
+    """One partition of a WriteTxnMarkers request from a client (not the coordinator)."""
+    what = "COMMIT" if marker.transaction_result else "ABORT"
+    if marker.transaction_result:
+        # Only the transaction coordinator decides that a transaction commits.
+        return ErrorCode.cluster_authorization_failed
+    if topic == TRANSACTION_STATE_TOPIC:
+        # The transaction log holds the coordinator's own records, never client transactions.
+        return ErrorCode.invalid_topic_exception
+    partition = ctx.broker.partitions.find(topic, index)
+    if partition is None:
+        return ErrorCode.unknown_topic_or_partition
+    producer_id, producer_epoch = int(marker.producer_id), int(marker.producer_epoch)
+    try:
+        offset = partition.append_marker(
+            producer_id, producer_epoch, int(marker.coordinator_epoch), False
+        )
+        if topic == OFFSETS_TOPIC:
+            ctx.broker.groups.on_txn_marker(index, producer_id, False, producer_epoch)
+    except KafkaError as exc:
+        log.warning(
+            "client %s (%s): %s marker for producer %d epoch %d on %s-%d refused: %s",
+            ctx.client_id, ctx.client_host, what, producer_id, producer_epoch, topic, index, exc,
+        )
+        return exc.code
+    log.warning(
+        "client %s (%s) aborted the transaction of producer %d epoch %d on %s-%d: "
+        "ABORT marker at offset %d (LSO now %d)",
+        ctx.client_id, ctx.client_host, producer_id, producer_epoch, topic, index, offset,
+        partition.last_stable_offset,
+    )
+    return ErrorCode.none
+
+
 @handles(versions.WRITE_TXN_MARKERS, 1, 2)
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
-    """An inter-broker API: with one broker no client may write markers this way."""
+    """Markers from a client: Kafka's Admin.abortTransaction for a hanging transaction
+    (one that no coordinator will ever finish). Without an authorizer Kafka accepts them;
+    here ABORT markers are written through the partition (and the group coordinator drops
+    the producer's pending offsets on ``__consumer_offsets``), while COMMIT markers stay
+    refused with CLUSTER_AUTHORIZATION_FAILED: only the coordinator decides a commit.
+    The coordinator's own markers are local calls (``oncelog.broker.markers``)."""
     mod = response_module(versions.WRITE_TXN_MARKERS, ctx.api_version)
-    log.warning(
-        "client %s (%s) sent WriteTxnMarkers: refused, it is an inter-broker API",
-        ctx.client_id, ctx.client_host,
-    )
     markers = []
     for marker in request.markers:
+        if marker.transaction_result:
+            log.warning(
+                "client %s (%s) sent a COMMIT marker for producer %d: refused, only the "
+                "transaction coordinator commits",
+                ctx.client_id, ctx.client_host, marker.producer_id,
+            )
         topics = tuple(
             make(
                 mod.WritableTxnMarkerTopicResult,
@@ -173,7 +217,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                     make(
                         mod.WritableTxnMarkerPartitionResult,
                         partition_index=index,
-                        error_code=ErrorCode.cluster_authorization_failed,
+                        error_code=_write_client_marker(ctx, marker, topic.name, int(index)),
                     )
                     for index in topic.partition_indexes
                 ),

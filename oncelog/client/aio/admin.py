@@ -7,8 +7,10 @@ DescribeProducers goes to each partition's leader.
 ``force_terminate_transaction(id)`` is KIP-939's forceTerminateTransaction: an
 InitProducerId for that transactional id *without* KeepPreparedTxn, which aborts whatever is
 ongoing (prepared 2PC transactions included) and fences the current producer.
-``abort_transaction`` (Java's Admin.abortTransaction for hanging transactions) needs
-WriteTxnMarkers, which Kafka only accepts from brokers; it raises NotSupportedError here.
+``abort_transaction`` is Java's Admin.abortTransaction for a *hanging* transaction (open on
+a partition, unknown to or forgotten by its coordinator): a WriteTxnMarkers request with an
+ABORT marker sent to the partition's leader. Brokers accept ABORT markers from clients (as
+Kafka does without an authorizer) and refuse COMMIT markers.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from oncelog.client.aio.client import COORDINATOR_TRANSACTION, KafkaClient
 from oncelog.client.config import ClientConfig
 from oncelog.client.errors import (
     KafkaClientError,
-    NotSupportedError,
     RetriableError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
     error_for,
 )
 from oncelog.client.types import TopicPartition
@@ -36,10 +39,24 @@ from oncelog.protocol import versions as api
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AIOAdmin", "NewTopic", "ProducerState", "TransactionDescription", "TransactionListing"]
+__all__ = [
+    "AIOAdmin",
+    "ClusterDescription",
+    "NewTopic",
+    "ProducerState",
+    "TopicDescription",
+    "TransactionDescription",
+    "TransactionListing",
+]
 
 
 FORCE_TERMINATE_TIMEOUT_MS = 1
+# What brokers answer as the timeout of a two-phase-commit transaction (KIP-939): it never
+# times out.
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2**31 - 1
+# WriteTxnMarkers versions this admin sends (v1 is the first flexible one; v2 only adds the
+# transaction version, which an ABORT of a hanging transaction does not need).
+_WRITE_TXN_MARKERS_VERSIONS = (1, 1)
 
 
 @dataclass(frozen=True)
@@ -51,10 +68,29 @@ class NewTopic:
 
 
 @dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    internal: bool
+    leaders: Mapping[int, int]  # partition -> leader node id (-1: none)
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.leaders)
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: Mapping[int, tuple[str, int]]  # node id -> (host, port)
+
+
+@dataclass(frozen=True)
 class TransactionListing:
     transactional_id: str
     producer_id: int
     state: str
+    coordinator_id: int = -1  # the broker that listed it
 
 
 @dataclass(frozen=True)
@@ -66,6 +102,12 @@ class TransactionDescription:
     timeout_ms: int
     start_time_ms: int
     partitions: tuple[TopicPartition, ...]
+    coordinator_id: int = -1
+
+    @property
+    def two_phase_commit(self) -> bool:
+        """A KIP-939 two-phase-commit transaction: it never times out."""
+        return self.timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
 
 
 @dataclass(frozen=True)
@@ -205,6 +247,27 @@ class AIOAdmin:
             if info.error == ErrorCode.none and (internal or not info.internal)
         }
 
+    async def describe_topics(
+        self, names: Iterable[str] | None = None
+    ) -> dict[str, TopicDescription]:
+        """Partitions and leaders of ``names`` (None: every topic, internal ones included).
+        A topic that does not exist raises UnknownTopicOrPartitionError."""
+        wanted = None if names is None else list(names)
+        meta = await self.client.refresh_metadata(wanted, all_topics=wanted is None)
+        out: dict[str, TopicDescription] = {}
+        for name in wanted if wanted is not None else sorted(meta.topics):
+            info = meta.topics.get(name)
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"topic {name} does not exist")
+            if info.error != ErrorCode.none:
+                raise error_for(info.error, f"topic {name}")
+            out[name] = TopicDescription(name, info.internal, dict(sorted(info.leaders.items())))
+        return out
+
+    async def describe_cluster(self) -> ClusterDescription:
+        meta = await self.client.refresh_metadata()
+        return ClusterDescription(meta.cluster_id, meta.controller_id, dict(meta.brokers))
+
     # ---------------------------------------------------------------- transactions
 
     async def list_transactions(
@@ -231,7 +294,9 @@ class AIOAdmin:
             if response.error_code != ErrorCode.none:
                 raise error_for(response.error_code, f"ListTransactions on broker {node}")
             out.extend(
-                TransactionListing(t.transactional_id, int(t.producer_id), t.transaction_state)
+                TransactionListing(
+                    t.transactional_id, int(t.producer_id), t.transaction_state, node
+                )
                 for t in response.transaction_states
             )
         return out
@@ -273,6 +338,7 @@ class AIOAdmin:
                     partitions=tuple(
                         TopicPartition(t.topic, int(p)) for t in state.topics for p in t.partitions
                     ),
+                    coordinator_id=node,
                 )
 
             out[txn_id] = await self.client.retrying(attempt, what=f"DescribeTransactions {txn_id}")
@@ -358,11 +424,69 @@ class AIOAdmin:
         producer_epoch: int,
         coordinator_epoch: int,
     ) -> None:
-        """Java's Admin.abortTransaction (hanging transactions) — not offered: it writes
-        markers with WriteTxnMarkers, an inter-broker API. Use force_terminate_transaction
-        for a transaction whose transactional id is known."""
-        raise NotSupportedError(
-            "abort_transaction needs WriteTxnMarkers, which brokers accept only from other "
-            "brokers; use force_terminate_transaction(transactional_id), or `oncelog txn abort` "
-            "on the broker host"
+        """Java's Admin.abortTransaction: write an ABORT marker for ``producer_id``'s open
+        transaction on one partition (a hanging transaction no coordinator will finish).
+        Sent once to the partition's leader as WriteTxnMarkers; the partition's error (e.g.
+        INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED) is raised."""
+        tp = TopicPartition(*topic_partition)
+        meta = await self.client.refresh_metadata([tp.topic])
+        info = meta.topics.get(tp.topic)
+        if info is None or info.error != ErrorCode.none or tp.partition not in info.leaders:
+            raise UnknownTopicOrPartitionError(f"{tp.topic}-{tp.partition} does not exist")
+        leader = info.leaders[tp.partition]
+        conn = await self.client.connection(leader)
+        offered = conn.broker_versions.get(api.WRITE_TXN_MARKERS)
+        low, high = _WRITE_TXN_MARKERS_VERSIONS
+        if offered is None or offered[0] > high or offered[1] < low:
+            raise UnsupportedVersionError(
+                f"broker {leader} serves WriteTxnMarkers in versions {offered}, "
+                f"abort_transaction needs {low}-{high}"
+            )
+        version = min(high, offered[1])
+        body = request(
+            api.WRITE_TXN_MARKERS,
+            version,
+            markers=(
+                nested(
+                    api.WRITE_TXN_MARKERS,
+                    version,
+                    "WritableTxnMarker",
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    transaction_result=False,
+                    coordinator_epoch=coordinator_epoch,
+                    topics=(
+                        nested(
+                            api.WRITE_TXN_MARKERS,
+                            version,
+                            "WritableTxnMarkerTopic",
+                            name=tp.topic,
+                            partition_indexes=(tp.partition,),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        response = await conn.send(body)
+        codes = [
+            ErrorCode(p.error_code)
+            for m in response.markers
+            for t in m.topics
+            for p in t.partitions
+            if t.name == tp.topic and int(p.partition_index) == tp.partition
+        ]
+        if not codes:
+            raise UnknownTopicOrPartitionError(f"no answer for {tp.topic}-{tp.partition}")
+        if codes[0] != ErrorCode.none:
+            raise error_for(
+                codes[0],
+                f"abort transaction of producer {producer_id} epoch {producer_epoch} "
+                f"on {tp.topic}-{tp.partition}",
+            )
+        logger.info(
+            "aborted the transaction of producer %d epoch %d on %s-%d",
+            producer_id,
+            producer_epoch,
+            tp.topic,
+            tp.partition,
         )

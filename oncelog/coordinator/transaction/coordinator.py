@@ -465,7 +465,7 @@ class TransactionCoordinator:
         code = self._apply(md, outcome)
         if code is not ErrorCode.none:
             return EndTxnResult(code)
-        logger.info(
+        logger.debug(
             "%r %s logged (producer id %d epoch %d, %d partitions)",
             transactional_id, outcome.state.wire_name, outcome.producer_id,
             outcome.producer_epoch, len(outcome.partitions),
@@ -614,7 +614,7 @@ class TransactionCoordinator:
             if not md.partitions:
                 transit = md.prepare_complete(self._clock.now_ms())
                 if self._apply(md, transit) is ErrorCode.none:
-                    logger.info(
+                    logger.debug(
                         "%r %s (producer id %d epoch %d)",
                         transactional_id, md.state.wire_name, md.producer_id, md.producer_epoch,
                     )
