@@ -1,0 +1,295 @@
+"""Broker metrics: collected on demand, exposed as Prometheus text over HTTP.
+
+``collect(broker)`` takes a snapshot of what the exactly-once machinery looks like right now
+(KIP-98's "live producer ids, LSO per partition, active transactional ids, oldest open
+transaction age", plus KIP-939's longest-open transaction and the group coordinator's
+counts); ``render`` writes it in the Prometheus text exposition format (version 0.0.4).
+``serve_metrics`` answers ``GET /metrics`` with it: a minimal HTTP/1.1 responder (one
+request per connection, ``Connection: close``), started by the broker in its TaskGroup when
+``oncelog serve --metrics HOST:PORT`` is given.
+
+Names follow Kafka's meaning with a ``oncelog_`` prefix; ages and durations are in ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from oncelog.coordinator.transaction.state import TransactionState
+from oncelog.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+METRICS_PATH = "/metrics"
+_REQUEST_TIMEOUT_S = 10.0
+_MAX_REQUEST_HEAD = 16 * 1024
+_OPEN_STATES = (
+    TransactionState.ONGOING.wire_name,
+    TransactionState.PREPARE_COMMIT.wire_name,
+    TransactionState.PREPARE_ABORT.wire_name,
+)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    labels: Labels
+    value: float
+
+
+@dataclass(slots=True)
+class MetricFamily:
+    name: str
+    kind: str  # "gauge" or "counter"
+    help: str
+    samples: list[Sample] = field(default_factory=list)
+
+    def add(self, value: float, **labels: str) -> None:
+        self.samples.append(Sample(tuple(labels.items()), value))
+
+
+@dataclass(frozen=True, slots=True)
+class LongestOpen:
+    transactional_id: str
+    age_ms: int
+    two_phase_commit: bool
+    state: str
+
+
+def longest_open_transaction(broker: Broker) -> LongestOpen | None:
+    """The open (Ongoing or Prepare*) transaction that began longest ago, if any."""
+    coordinator = broker.transactions
+    listed = coordinator.list_transactions(state_filters=_OPEN_STATES)
+    if listed.error is not ErrorCode.none or not listed.transactions:
+        return None
+    now = broker.clock.now_ms()
+    best: LongestOpen | None = None
+    for d in coordinator.describe_transactions(t.transactional_id for t in listed.transactions):
+        if d.error is not ErrorCode.none or d.start_timestamp_ms < 0 or d.state is None:
+            continue
+        age = max(0, now - d.start_timestamp_ms)
+        if best is None or age > best.age_ms:
+            best = LongestOpen(d.transactional_id, age, d.two_phase_commit, d.state.wire_name)
+    return best
+
+
+def collect(broker: Broker) -> list[MetricFamily]:
+    """A snapshot of the broker's metrics (cheap: no I/O, one pass over the partitions)."""
+    live_total = MetricFamily(
+        "oncelog_producer_ids_live", "gauge",
+        "Producer ids with state on this broker, summed over its partitions.",
+    )
+    live = MetricFamily(
+        "oncelog_partition_producer_ids_live", "gauge",
+        "Producer ids with state (epoch, sequences, open transaction) in a partition.",
+    )
+    hw = MetricFamily(
+        "oncelog_partition_high_watermark", "gauge", "High watermark of a partition.",
+    )
+    lso = MetricFamily(
+        "oncelog_partition_last_stable_offset", "gauge",
+        "Last stable offset: read_committed consumers read below it.",
+    )
+    lag = MetricFamily(
+        "oncelog_partition_unstable_records", "gauge",
+        "High watermark minus LSO: records held back from read_committed consumers.",
+    )
+    open_here = MetricFamily(
+        "oncelog_partition_open_transactions", "gauge",
+        "Transactions with records in a partition and no marker yet.",
+    )
+    total = 0
+    for partition in sorted(broker.partitions.partitions(), key=lambda p: (p.topic, p.index)):
+        labels = {"topic": partition.topic, "partition": str(partition.index)}
+        count = len(partition.log.producer_state)
+        total += count
+        live.add(count, **labels)
+        hw.add(partition.high_watermark, **labels)
+        lso.add(partition.last_stable_offset, **labels)
+        lag.add(partition.high_watermark - partition.last_stable_offset, **labels)
+        open_here.add(len(partition.log.producer_state.ongoing_txn_first_offsets()), **labels)
+    live_total.add(total)
+    families = [live_total, live, hw, lso, lag, open_here]
+    families += _transaction_families(broker)
+    families += _group_families(broker)
+    return families
+
+
+def _transaction_families(broker: Broker) -> list[MetricFamily]:
+    stats = broker.transactions.statistics()
+
+    def single(name: str, kind: str, text: str, value: float) -> MetricFamily:
+        family = MetricFamily(name, kind, text)
+        family.add(value)
+        return family
+
+    families = [
+        single("oncelog_transactional_ids", "gauge",
+               "Transactional ids the transaction coordinator knows.", stats.transactional_ids),
+        single("oncelog_transactions_active", "gauge",
+               "Open transactions (Ongoing, PrepareCommit, PrepareAbort).",
+               stats.open_transactions),
+        single("oncelog_transactions_two_phase_commit_active", "gauge",
+               "Open KIP-939 two-phase-commit transactions (they never time out).",
+               stats.two_phase_commit_transactions),
+        single("oncelog_transaction_oldest_open_age_ms", "gauge",
+               "Age of the oldest open transaction (0 when none is open).",
+               stats.oldest_open_transaction_age_ms),
+        single("oncelog_transaction_markers_in_flight", "gauge",
+               "Transactions whose COMMIT/ABORT markers are being written.",
+               stats.markers_in_flight),
+        single("oncelog_transaction_marker_retries_total", "counter",
+               "Marker writes retried since the broker started.", stats.marker_retries),
+        single("oncelog_transaction_timed_out_aborts_total", "counter",
+               "Transactions aborted by the coordinator after their timeout.",
+               stats.timed_out_aborts),
+        single("oncelog_transactional_ids_expired_total", "counter",
+               "Transactional ids removed after transactional.id.expiration.ms.",
+               stats.expired_transactional_ids),
+    ]
+    longest = MetricFamily(
+        "oncelog_transaction_longest_open", "gauge",
+        "Age in ms of the transaction open longest, labelled with its id and whether it is "
+        "a two-phase-commit (KIP-939) transaction; absent when none is open.",
+    )
+    found = longest_open_transaction(broker)
+    if found is not None:
+        longest.add(
+            found.age_ms,
+            transactional_id=found.transactional_id,
+            two_phase="true" if found.two_phase_commit else "false",
+            state=found.state,
+        )
+    families.append(longest)
+    return families
+
+
+def _group_families(broker: Broker) -> list[MetricFamily]:
+    stats = broker.groups.statistics()
+    groups = MetricFamily("oncelog_groups", "gauge", "Consumer groups, by state.")
+    for state, count in sorted(stats.groups_by_state.items()):
+        groups.add(count, state=state)
+    out = [groups]
+    for name, text, value in (
+        ("oncelog_group_members", "Members of consumer groups.", stats.members),
+        ("oncelog_group_committed_offsets", "Committed offsets held by the group coordinator.",
+         stats.committed_offsets),
+        ("oncelog_group_pending_transactional_offsets",
+         "Offsets committed inside transactions that have not ended yet.",
+         stats.pending_txn_offsets),
+    ):
+        family = MetricFamily(name, "gauge", text)
+        family.add(value)
+        out.append(family)
+    return out
+
+
+# ------------------------------------------------------------------------ text format
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def render(families: Iterable[MetricFamily]) -> str:
+    """The Prometheus text exposition format (one HELP and TYPE line per family)."""
+    lines: list[str] = []
+    for family in families:
+        lines.append(f"# HELP {family.name} {family.help.replace(chr(10), ' ')}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        for sample in family.samples:
+            if sample.labels:
+                inner = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sample.labels)
+                lines.append(f"{family.name}{{{inner}}} {_number(sample.value)}")
+            else:
+                lines.append(f"{family.name} {_number(sample.value)}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------ HTTP
+
+def _response(status: str, body: bytes, content_type: str, *, head_only: bool,
+              extra: str = "") -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + (b"" if head_only else body)
+
+
+def answer(request_head: bytes, scrape: Callable[[], str]) -> bytes:
+    """The whole HTTP response to one request head (sans-IO, so it is tested directly)."""
+    text = "text/plain; charset=utf-8"
+    try:
+        request_line = request_head.split(b"\r\n", 1)[0].decode("ascii")
+        method, target, version = request_line.split(" ")
+    except (UnicodeDecodeError, ValueError):
+        return _response("400 Bad Request", b"bad request\n", text, head_only=False)
+    if not version.startswith("HTTP/1."):
+        return _response("505 HTTP Version Not Supported", b"HTTP/1.x only\n", text,
+                         head_only=False)
+    head_only = method == "HEAD"
+    if method not in ("GET", "HEAD"):
+        return _response("405 Method Not Allowed", b"GET or HEAD only\n", text,
+                         head_only=False, extra="Allow: GET, HEAD\r\n")
+    path = target.split("?", 1)[0]
+    if path != METRICS_PATH:
+        return _response("404 Not Found", f"try {METRICS_PATH}\n".encode(), text,
+                         head_only=head_only)
+    try:
+        body = scrape().encode()
+    except Exception:
+        log.exception("collecting metrics failed")
+        return _response("500 Internal Server Error", b"collecting metrics failed\n", text,
+                         head_only=head_only)
+    return _response("200 OK", body, CONTENT_TYPE, head_only=head_only)
+
+
+async def _handle(
+    scrape: Callable[[], str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    peer = writer.get_extra_info("peername")
+    try:
+        async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+            writer.write(answer(head, scrape))
+            await writer.drain()
+    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+            ConnectionError) as exc:
+        log.debug("metrics request from %s dropped: %r", peer, exc)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def serve_metrics(broker: Broker, host: str, port: int) -> None:
+    """Answer ``GET /metrics`` on ``host:port`` until cancelled (an OSError if the address
+    cannot be bound)."""
+
+    def scrape() -> str:
+        return render(collect(broker))
+
+    server = await asyncio.start_server(
+        functools.partial(_handle, scrape), host, port, limit=_MAX_REQUEST_HEAD
+    )
+    bound = server.sockets[0].getsockname() if server.sockets else (host, port)
+    log.info("metrics on http://%s:%d%s", bound[0], bound[1], METRICS_PATH)
+    async with server:
+        await server.serve_forever()

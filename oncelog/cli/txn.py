@@ -1,0 +1,326 @@
+"""``oncelog txn``: inspect transactions and recover from stuck ones (Kafka's
+kafka-transactions.sh, plus KIP-939's force-terminate).
+
+- ``list``: every transactional id each broker coordinates, with state filters.
+- ``describe ID``: one transaction as its coordinator sees it.
+- ``find-hanging``: transactions open on partitions that no coordinator will finish (their
+  marker was never written): DescribeProducers shows open transactions older than the
+  maximum transaction timeout, then ListTransactions/DescribeTransactions say whether the
+  coordinator still expects to write that partition's marker.
+- ``abort``: write the ABORT marker of one hanging transaction on one partition.
+- ``force-terminate ID``: abort a transactional id's transaction, prepared 2PC ones
+  included, and fence its producer (InitProducerId without KeepPreparedTxn).
+
+Two-phase-commit transactions (KIP-939) are those the coordinator reports with the timeout
+2147483647 ms: they never time out. ``list`` and ``describe`` show them in a
+``TwoPhaseCommit`` column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+
+from oncelog.cli.common import (
+    CommandError,
+    connection_options,
+    open_admin,
+    print_table,
+    run_command,
+)
+from oncelog.client import Admin, TopicPartition
+from oncelog.client.aio.admin import ProducerState, TransactionDescription
+from oncelog.client.errors import KafkaClientError
+from oncelog.errors import ErrorCode
+
+LIST_HEADERS = ("TransactionalId", "Coordinator", "ProducerId", "TransactionState",
+                "TwoPhaseCommit")
+DESCRIBE_HEADERS = (
+    "CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
+    "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
+    "TopicPartitions", "TwoPhaseCommit",
+)
+HANGING_HEADERS = (
+    "Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
+    "LastTimestamp", "Duration(min)",
+)
+STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
+          "CompleteAbort", "Dead", "PrepareEpochFence")
+DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
+DESCRIBE_PRODUCERS_BATCH = 500
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    conn = connection_options()
+    txn = sub.add_parser(
+        "txn", help="inspect and recover transactions",
+        description="Inspect transactions and recover from hanging ones.",
+    )
+    commands = txn.add_subparsers(dest="txn_command", required=True, metavar="COMMAND")
+
+    p = commands.add_parser("list", parents=[conn], help="list transactions")
+    p.add_argument("--state", action="append", default=[], choices=STATES,
+                   help="only transactions in this state (repeatable)")
+    p.add_argument("--producer-id", action="append", type=int, default=[],
+                   help="only this producer id (repeatable)")
+    p.add_argument("--duration-filter-ms", type=int, default=-1, metavar="MS",
+                   help="only transactions running longer than this")
+    p.set_defaults(handler=cmd_list)
+
+    p = commands.add_parser("describe", parents=[conn],
+                            help="describe the transaction of a transactional id")
+    _transactional_id_args(p)
+    p.set_defaults(handler=cmd_describe)
+
+    p = commands.add_parser("find-hanging", parents=[conn], help="find hanging transactions")
+    p.add_argument("--broker-id", type=int, default=None,
+                   help="search the partitions this broker leads")
+    p.add_argument("--topic", default=None, help="limit the search to this topic")
+    p.add_argument("--partition", type=int, default=None, help="and to this partition")
+    p.add_argument("--max-transaction-timeout", type=int, metavar="MINUTES",
+                   default=DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN,
+                   help="only transactions idle longer than this (default "
+                        f"{DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN}, i.e. transaction.max.timeout.ms)")
+    p.set_defaults(handler=cmd_find_hanging)
+
+    p = commands.add_parser("abort", parents=[conn],
+                            help="abort a hanging transaction on one partition")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--start-offset", type=int, default=None,
+                   help="first offset of the transaction to abort (finds the rest)")
+    p.add_argument("--producer-id", type=int, default=None)
+    p.add_argument("--producer-epoch", type=int, default=None)
+    p.add_argument("--coordinator-epoch", type=int, default=None)
+    p.set_defaults(handler=cmd_abort)
+
+    p = commands.add_parser(
+        "force-terminate", parents=[conn],
+        help="abort a transactional id's transaction, even a prepared 2PC one (KIP-939)",
+    )
+    _transactional_id_args(p)
+    p.set_defaults(handler=cmd_force_terminate)
+
+
+def _transactional_id_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", nargs="?", default=None, metavar="ID", help="transactional id")
+    p.add_argument("--transactional-id", default=None, help="the same, as Kafka's tool takes it")
+
+
+def _transactional_id(args: argparse.Namespace) -> str:
+    txn_id: str | None = args.id or args.transactional_id
+    if not txn_id:
+        raise CommandError("a transactional id is required (ID or --transactional-id)", 2)
+    return txn_id
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_command(args, args.handler, f"txn {args.txn_command}")
+
+
+def _yes_no(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+def _describe_one(admin: Admin, txn_id: str) -> TransactionDescription:
+    try:
+        return admin.describe_transactions([txn_id])[txn_id]
+    except KafkaClientError as exc:
+        if exc.code is ErrorCode.transactional_id_not_found:
+            raise CommandError(f"transactional id {txn_id!r} is not known to its coordinator",
+                               1) from None
+        raise
+
+
+# ------------------------------------------------------------------------------ list
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        listings = admin.list_transactions(
+            states=args.state, producer_ids=args.producer_id,
+            duration_filter_ms=args.duration_filter_ms,
+        )
+        rows = []
+        for t in sorted(listings, key=lambda t: (t.coordinator_id, t.transactional_id)):
+            try:
+                two_phase = _yes_no(_describe_one(admin, t.transactional_id).two_phase_commit)
+            except (CommandError, KafkaClientError):
+                two_phase = "unknown"  # expired or moved between the two requests
+            rows.append((t.transactional_id, t.coordinator_id, t.producer_id, t.state, two_phase))
+    print_table(LIST_HEADERS, rows)
+    return 0
+
+
+# ------------------------------------------------------------------------------ describe
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    txn_id = _transactional_id(args)
+    with open_admin(args) as admin:
+        d = _describe_one(admin, txn_id)
+    if d.start_time_ms >= 0:
+        start = str(d.start_time_ms)
+        duration = str(max(0, int(time.time() * 1000) - d.start_time_ms))
+    else:
+        start = duration = "None"
+    partitions = ",".join(f"{tp.topic}-{tp.partition}" for tp in d.partitions) or "None"
+    print_table(DESCRIBE_HEADERS, [(
+        d.coordinator_id, d.transactional_id, d.producer_id, d.producer_epoch, d.state,
+        d.timeout_ms, start, duration, partitions, _yes_no(d.two_phase_commit),
+    )])
+    if d.two_phase_commit:
+        print(
+            f"\n{txn_id!r} is a two-phase-commit (KIP-939) transactional id: its transactions "
+            "never time out. Only its owner (commit, abort, or complete after restart) or "
+            f"`oncelog txn force-terminate {txn_id}` ends an open one."
+        )
+    return 0
+
+
+# ------------------------------------------------------------------------------ find-hanging
+
+def _partitions_to_search(
+    admin: Admin, topic: str | None, partition: int | None, broker_id: int | None
+) -> list[TopicPartition]:
+    try:
+        topics = admin.describe_topics([topic] if topic is not None else None)
+    except KafkaClientError as exc:
+        if exc.code is ErrorCode.unknown_topic_or_partition:
+            raise CommandError(f"topic {topic!r} does not exist") from None
+        raise
+    found = []
+    for name, description in sorted(topics.items()):
+        for index, leader in description.leaders.items():
+            if partition is not None and index != partition:
+                continue
+            if broker_id is not None and leader != broker_id:
+                continue
+            found.append(TopicPartition(name, index))
+    if partition is not None and not found and broker_id is None:
+        raise CommandError(f"partition {topic}-{partition} does not exist")
+    return found
+
+
+def cmd_find_hanging(args: argparse.Namespace) -> int:
+    if args.topic is None and args.broker_id is None:
+        raise CommandError("find-hanging needs --topic or --broker-id to limit the search", 2)
+    if args.partition is not None and args.topic is None:
+        raise CommandError("--partition needs --topic", 2)
+    max_timeout_ms = max(0, args.max_transaction_timeout) * 60_000
+    with open_admin(args) as admin:
+        partitions = _partitions_to_search(admin, args.topic, args.partition, args.broker_id)
+        # 1. Open transactions on the partitions that have been idle longer than any
+        #    transaction may run.
+        now = int(time.time() * 1000)
+        candidates: list[tuple[TopicPartition, ProducerState]] = []
+        for start in range(0, len(partitions), DESCRIBE_PRODUCERS_BATCH):
+            batch = partitions[start:start + DESCRIBE_PRODUCERS_BATCH]
+            for tp, producers in sorted(admin.describe_producers(batch).items()):
+                for p in producers:
+                    if p.current_txn_start_offset >= 0 and now - p.last_timestamp > max_timeout_ms:
+                        candidates.append((tp, p))
+        # 2. Whose coordinator no longer expects to write a marker there.
+        hanging = _not_expected_by_coordinator(admin, candidates) if candidates else []
+    print_table(HANGING_HEADERS, [
+        (tp.topic, tp.partition, p.producer_id, p.producer_epoch, p.coordinator_epoch,
+         p.current_txn_start_offset, p.last_timestamp, (now - p.last_timestamp) // 60_000)
+        for tp, p in hanging
+    ])
+    return 0
+
+
+def _not_expected_by_coordinator(
+    admin: Admin, candidates: Sequence[tuple[TopicPartition, ProducerState]]
+) -> list[tuple[TopicPartition, ProducerState]]:
+    by_producer: dict[int, list[tuple[TopicPartition, ProducerState]]] = defaultdict(list)
+    for tp, p in candidates:
+        by_producer[p.producer_id].append((tp, p))
+    ids = {
+        t.producer_id: t.transactional_id
+        for t in admin.list_transactions(producer_ids=sorted(by_producer))
+        if t.producer_id in by_producer
+    }
+    hanging = []
+    for producer_id, open_txns in sorted(by_producer.items()):
+        txn_id = ids.get(producer_id)
+        description = None
+        if txn_id is not None:
+            try:
+                description = admin.describe_transactions([txn_id])[txn_id]
+            except KafkaClientError as exc:
+                if exc.code is not ErrorCode.transactional_id_not_found:
+                    raise
+        for tp, p in open_txns:
+            # DescribeTransactions lists the partitions of an ongoing transaction, and those
+            # still waiting for their marker while PrepareCommit/PrepareAbort: the
+            # coordinator will finish those. Anything else is hanging.
+            if description is None or tp not in description.partitions:
+                hanging.append((tp, p))
+    return hanging
+
+
+# ------------------------------------------------------------------------------ abort
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    tp = TopicPartition(args.topic, args.partition)
+    if args.start_offset is None and args.producer_id is None:
+        raise CommandError(
+            "say which transaction to abort: --start-offset, or --producer-id with "
+            "--producer-epoch and --coordinator-epoch", 2,
+        )
+    with open_admin(args) as admin:
+        if args.start_offset is None:
+            if args.producer_epoch is None:
+                raise CommandError("missing --producer-epoch", 2)
+            if args.coordinator_epoch is None:
+                raise CommandError("missing --coordinator-epoch", 2)
+            producer_id, producer_epoch = args.producer_id, args.producer_epoch
+            coordinator_epoch = args.coordinator_epoch
+        else:
+            producer_id, producer_epoch, coordinator_epoch = _by_start_offset(
+                admin, tp, args.start_offset
+            )
+        # A producer that hung before its first marker shows coordinator epoch -1; 0 is
+        # at most any epoch a coordinator has used.
+        coordinator_epoch = max(0, coordinator_epoch)
+        try:
+            admin.abort_transaction(tp, producer_id, producer_epoch, coordinator_epoch)
+        except KafkaClientError as exc:
+            raise CommandError(
+                f"failed to abort the transaction of producer {producer_id} (epoch "
+                f"{producer_epoch}, coordinator epoch {coordinator_epoch}) on "
+                f"{tp.topic}-{tp.partition}: {exc}"
+            ) from None
+    print(f"Aborted the transaction of producer {producer_id} (epoch {producer_epoch}) on "
+          f"{tp.topic}-{tp.partition}: ABORT marker written.")
+    return 0
+
+
+def _by_start_offset(admin: Admin, tp: TopicPartition, start_offset: int) -> tuple[int, int, int]:
+    try:
+        producers = admin.describe_producers([tp])[tp]
+    except KafkaClientError as exc:
+        raise CommandError(
+            f"failed to read the producer state of {tp.topic}-{tp.partition}: {exc}"
+        ) from None
+    for p in producers:
+        if p.current_txn_start_offset == start_offset:
+            return p.producer_id, p.producer_epoch, p.coordinator_epoch
+    raise CommandError(
+        f"no open transaction starts at offset {start_offset} on {tp.topic}-{tp.partition}"
+    )
+
+
+# ------------------------------------------------------------------------------ force-terminate
+
+def cmd_force_terminate(args: argparse.Namespace) -> int:
+    txn_id = _transactional_id(args)
+    with open_admin(args) as admin:
+        before = _describe_one(admin, txn_id)
+        admin.force_terminate_transaction(txn_id)
+    kind = "two-phase-commit " if before.two_phase_commit else ""
+    print(f"Force-terminated {kind}transactional id {txn_id!r}: its transaction (was "
+          f"{before.state}, producer {before.producer_id} epoch {before.producer_epoch}) is "
+          "aborted and that producer is fenced.")
+    return 0
