@@ -9,6 +9,8 @@ last run stopped; with the recovery in ``DualWriter`` that means every order end
 once in the table and exactly once in the topic's committed records, however often the
 process is killed.
 
+``--check`` compares the table with the committed events and exits 1 unless they agree.
+
 Crash drill: ``DUALWRITE_CRASH_AT=<step>[:<unit>]`` kills this process with SIGKILL at
 ``step`` (after_prepare, before_db_commit, after_db_commit, after_log_commit) of the
 ``unit``-th unit of this run (default 1). Then run the command again.
@@ -30,7 +32,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from oncelog.client import Admin
+from oncelog.client import Admin, Consumer, TopicPartition
 from oncelog.client.dualwrite import STEPS, DualWriter, DualWriteUnit
 from oncelog.client.errors import TopicAlreadyExistsError
 
@@ -100,6 +102,29 @@ def placed_so_far(connect: Callable[[], Any]) -> int:
         conn.close()
 
 
+def check(args: argparse.Namespace, connect: Callable[[], Any]) -> int:
+    """Compare the table with the topic's committed events; 0 when they agree exactly."""
+    conn = connect()
+    try:
+        cursor = conn.cursor()
+        cursor.execute("SELECT order_id FROM orders ORDER BY order_id")
+        rows = [int(r[0]) for r in cursor.fetchall()]
+    finally:
+        conn.close()
+    events: list[int] = []
+    config = {"bootstrap.servers": args.bootstrap, "isolation.level": "read_committed"}
+    with Consumer(config) as consumer:
+        partitions = [TopicPartition(args.topic, p) for p in range(args.partitions)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(partitions)
+        ends = consumer.end_offsets(partitions)  # the LSO under read_committed
+        while any(consumer.position(tp) < end for tp, end in ends.items()):
+            events.extend(json.loads(m.value or b"")["order_id"] for m in consumer.poll(1.0))
+    agree = sorted(events) == rows and len(set(events)) == len(events)
+    print(f"{'agree' if agree else 'DISAGREE'} rows={len(rows)} events={len(events)}", flush=True)
+    return 0 if agree else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", default="localhost:9092")
@@ -110,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--orders", type=int, default=100, help="total orders wanted")
     parser.add_argument("--per-unit", type=int, default=10)
     parser.add_argument("--transactional-id", default="orders-writer")
+    parser.add_argument("--check", action="store_true", help="only compare table and topic")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
 
@@ -117,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     connect = connector(args)
     ensure_topic(args.bootstrap, args.topic, args.partitions)
     ensure_schema(connect)
+    if args.check:
+        return check(args, connect)
 
     writer = DualWriter(
         {"bootstrap.servers": args.bootstrap, "client.id": "dual-write-orders"},
