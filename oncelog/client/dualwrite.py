@@ -269,14 +269,20 @@ class Recovery:
     generation: int
 
 
-@dataclasses.dataclass(eq=False)
 class DualWriteUnit:
-    """One unit of work: a database transaction (``cursor``) and a log transaction
-    (``producer``) that commit together."""
+    """One unit of work: a database transaction and a log transaction that commit together.
 
-    producer: TransactionalProducer
-    cursor: Any
-    paramstyle: ParamStyle
+    Write rows through ``execute`` (or ``cursor``) and send records through ``send`` — only
+    through ``send``: the unit counts the records, and a unit that sent none commits the
+    database alone (there is nothing on the log to prepare)."""
+
+    __slots__ = ("_producer", "cursor", "paramstyle", "sent")
+
+    def __init__(self, producer: TransactionalProducer, cursor: Any, paramstyle: ParamStyle):
+        self._producer = producer
+        self.cursor = cursor
+        self.paramstyle = paramstyle
+        self.sent = 0
 
     def execute(self, template: str, args: Sequence[Any] = ()) -> Any:
         """``cursor.execute`` with ``{}`` slots rendered in the driver's paramstyle."""
@@ -293,7 +299,9 @@ class DualWriteUnit:
         timestamp: int | None = None,
     ) -> Future[RecordMetadata]:
         """Send a record in this unit's log transaction."""
-        return self.producer.send(topic, value, key, partition, headers, timestamp)
+        future = self._producer.send(topic, value, key, partition, headers, timestamp)
+        self.sent += 1
+        return future
 
 
 # ---------------------------------------------------------------------- the writer
@@ -586,10 +594,13 @@ class DualWriter:
             raise
         # Steps 2-4: the work, prepare, the state row.
         try:
-            yield DualWriteUnit(producer, cursor, self.paramstyle)
-            state = producer.prepare_transaction()
-            self._step("after_prepare")
-            self._set_state(cursor, state)
+            unit = DualWriteUnit(producer, cursor, self.paramstyle)
+            yield unit
+            state: PreparedTxnState | None = None  # nothing sent: the log side ends locally
+            if unit.sent:
+                state = prepared = producer.prepare_transaction()
+                self._step("after_prepare")
+                self._set_state(cursor, prepared)
             self._step("before_db_commit")
         except BaseException as exc:
             self._abandon(producer, conn, exc)
@@ -598,6 +609,9 @@ class DualWriter:
         try:
             conn.commit()
         except BaseException as exc:
+            if state is None:
+                _quietly(producer.abort_transaction, "ending an empty log transaction")
+                raise
             self._after_failed_db_commit(producer, state, exc)
             return
         self._step("after_db_commit")
@@ -611,7 +625,10 @@ class DualWriter:
                 "failed; recover() will commit it"
             ) from exc
         self._step("after_log_commit")
-        if (producer.producer_id, producer.producer_epoch) == (state.producer_id, state.epoch):
+        if state is not None and (producer.producer_id, producer.producer_epoch) == (
+            state.producer_id,
+            state.epoch,
+        ):
             self._stale_state = state
         logger.debug("%r: unit %s committed on both sides", self.transactional_id, state)
 

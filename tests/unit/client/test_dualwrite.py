@@ -79,8 +79,10 @@ class FakeProducer:
         self.dead = False
         self.fail: dict[str, BaseException] = {}
         self.closed = False
+        self.calls: list[str] = []
 
     def _call(self, name: str) -> None:
+        self.calls.append(name)
         if self.dead:
             raise ConnectionError(f"{name}: the process is dead")
         if name in self.fail:
@@ -273,6 +275,19 @@ def test_context_manager_unit(world: World) -> None:
         unit.send("order-events", b"42")
     world.assert_agree()
     assert world.rows() == [42]
+
+
+def test_a_unit_that_sends_nothing_commits_the_database_alone(world: World) -> None:
+    with world.writer() as writer:
+        writer.run(lambda unit: unit.execute("INSERT INTO orders (order_id) VALUES ({})", (9,)))
+        assert world.stored() == ""  # no prepared state to record
+    assert world.producers[0].calls == [
+        "init_transactions",
+        "begin_transaction",
+        "commit_transaction",
+    ]
+    assert world.rows() == [9]
+    assert world.log.committed == []
 
 
 def test_failing_work_rolls_back_and_aborts_and_the_writer_goes_on(world: World) -> None:
