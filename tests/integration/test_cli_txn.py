@@ -17,6 +17,7 @@ import pytest
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
 from oncelog.client.aio.client import KafkaClient
 from oncelog.client.config import ClientConfig
+from oncelog.client.errors import UnknownTopicOrPartitionError
 from oncelog.client.types import Message
 from oncelog.client.wire import nested, request
 from oncelog.errors import ErrorCode
@@ -175,7 +176,9 @@ def test_find_hanging_then_abort_lets_read_committed_readers_proceed(
     coordinator has lost it (its ``__transaction_state`` is gone), so no marker will come."""
     broker = broker_factory()
     topic = make_topic(broker.bootstrap)
+    group = unique_name("lostgroup")
     producer = open_transaction(broker.bootstrap, topic, unique_name("lost"), [b"a", b"b"])
+    producer.send_offsets_to_transaction({TopicPartition(topic, 0): 2}, group)
     producer.close()
     broker.stop()
     for directory in broker.data_dir.glob("__transaction_state-*"):
@@ -201,6 +204,19 @@ def test_find_hanging_then_abort_lets_read_committed_readers_proceed(
     out = ok(txn_cli(broker, "abort", "--topic", topic, "--partition", "0",
                      "--start-offset", hanging["StartOffset"]))
     assert "ABORT marker written" in out
+    # The transaction's offset commit hangs too, on its __consumer_offsets partition.
+    rows = table(ok(txn_cli(broker, "find-hanging", "--broker-id", "1",
+                            "--max-transaction-timeout", "0")))
+    (offsets_row,) = [r for r in rows if r["Topic"] == "__consumer_offsets"]
+    ok(txn_cli(broker, "abort", "--topic", "__consumer_offsets",
+               "--partition", offsets_row["Partition"],
+               "--producer-id", offsets_row["ProducerId"],
+               "--producer-epoch", offsets_row["ProducerEpoch"],
+               "--coordinator-epoch", offsets_row["CoordinatorEpoch"]))
+    # The group coordinator dropped the pending offsets: nothing committed, nothing unstable.
+    with Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                   "default.api.timeout.ms": 5000}) as consumer:
+        assert consumer.committed([TopicPartition(topic, 0)]) == {TopicPartition(topic, 0): None}
     assert [m.value for m in read_committed(broker.bootstrap, topic)] == [b"after"]
     assert table(ok(txn_cli(broker, "find-hanging", "--topic", topic,
                             "--max-transaction-timeout", "0"))) == []
@@ -312,6 +328,16 @@ def test_error_exits(broker: BrokerProcess) -> None:
     assert no_txn.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in no_txn.stderr
     neither = txn_cli(broker, "abort", "--topic", "t", "--partition", "0")
     assert neither.returncode == 2
+
+    # Admin.abort_transaction with the client's defaults (auto-creation allowed) neither
+    # creates a missing topic nor writes anything.
+    absent = unique_topic("absent")
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.abort_transaction(TopicPartition(absent, 0), 1, 0, 0)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.describe_topics([absent])
+        assert absent not in admin.list_topics()
 
 
 @pytest.mark.parametrize("command", [["txn"], ["txn", "describe", "--help"]])

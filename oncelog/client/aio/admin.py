@@ -253,7 +253,8 @@ class AIOAdmin:
         """Partitions and leaders of ``names`` (None: every topic, internal ones included).
         A topic that does not exist raises UnknownTopicOrPartitionError."""
         wanted = None if names is None else list(names)
-        meta = await self.client.refresh_metadata(wanted, all_topics=wanted is None)
+        # A full listing: a metadata request naming a topic may create it.
+        meta = await self.client.refresh_metadata(all_topics=True)
         out: dict[str, TopicDescription] = {}
         for name in wanted if wanted is not None else sorted(meta.topics):
             info = meta.topics.get(name)
@@ -429,7 +430,7 @@ class AIOAdmin:
         Sent once to the partition's leader as WriteTxnMarkers; the partition's error (e.g.
         INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED) is raised."""
         tp = TopicPartition(*topic_partition)
-        meta = await self.client.refresh_metadata([tp.topic])
+        meta = await self.client.refresh_metadata(all_topics=True)  # never creates topics
         info = meta.topics.get(tp.topic)
         if info is None or info.error != ErrorCode.none or tp.partition not in info.leaders:
             raise UnknownTopicOrPartitionError(f"{tp.topic}-{tp.partition} does not exist")
