@@ -1,0 +1,1 @@
+"""Payments: an exactly-once Spark pipeline on oncelog (see README.md)."""
