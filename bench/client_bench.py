@@ -15,7 +15,9 @@ process (``--worker``) so clients never share an interpreter or a GIL with this 
 - Consume: manual assignment of every partition from the earliest offset, read_committed,
   no consumer group; timed from the first poll to the last record.
 
-MB/s counts record values (10^6 bytes). The markdown table goes to stdout (and to
+MB/s counts record values (10^6 bytes). CPU seconds are the client process's whole run
+(start-up included) and, when this script started the broker, the broker's during the phase:
+on a small machine they say which side is the bottleneck. The markdown table goes to stdout (and to
 ``--output``), followed by the exact command. With ``--profile`` the oncelog.client phases
 run under py-spy; flame data (folded stacks) and a top-functions summary go to bench/out/.
 """
@@ -226,8 +228,22 @@ WORKERS = {
 
 def worker_main(text: str) -> None:
     job = json.loads(text)
+    before = os.times()
     result = WORKERS[(job["phase"], job["client"])](job)
+    after = os.times()
+    result["cpu_seconds"] = (after.user - before.user) + (after.system - before.system)
     print(json.dumps(result), flush=True)
+
+
+def process_cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process from /proc (None where there is no /proc)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------- driver
@@ -298,35 +314,102 @@ def mbps(result: Result, size: int) -> float:
     return result["records"] * size / 1e6 / result["seconds"] if result["seconds"] else 0.0
 
 
-def table(results: dict[str, dict[str, Result]], size: int) -> list[str]:
+def _cpu(result: Result) -> str:
+    """``client CPU s / broker CPU s`` over the phase's wall time."""
+    broker = result.get("broker_cpu_seconds")
+    text = f"{result['cpu_seconds']:.1f}"
+    return text + (f" / {broker:.1f}" if broker is not None else "")
+
+
+Runs = dict[str, dict[str, list[Result]]]
+
+
+def median_run(runs: list[Result], size: int) -> Result:
+    return sorted(runs, key=lambda r: mbps(r, size))[len(runs) // 2]
+
+
+def _spread(runs: list[Result], size: int) -> str:
+    if len(runs) < 2:
+        return ""
+    rates = [mbps(r, size) for r in runs]
+    return f" ({min(rates):.1f}-{max(rates):.1f})"
+
+
+def table(results: Runs, size: int) -> list[str]:
     rows = [
-        "| client | produce MB/s | produce records/s | consume MB/s | consume records/s |",
-        "|---|---:|---:|---:|---:|",
+        "| client | produce MB/s | records/s | wall s | CPU s client / broker "
+        "| consume MB/s | records/s | wall s | CPU s client / broker |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for client, phases in results.items():
-        p, c = phases["produce"], phases["consume"]
+        p, c = median_run(phases["produce"], size), median_run(phases["consume"], size)
         rows.append(
-            f"| {LABELS[client]} | {mbps(p, size):.1f} | {p['records'] / p['seconds']:,.0f} "
-            f"| {mbps(c, size):.1f} | {c['records'] / c['seconds']:,.0f} |"
+            f"| {LABELS[client]} | {mbps(p, size):.1f}{_spread(phases['produce'], size)} "
+            f"| {p['records'] / p['seconds']:,.0f} | {p['seconds']:.2f} | {_cpu(p)} "
+            f"| {mbps(c, size):.1f}{_spread(phases['consume'], size)} "
+            f"| {c['records'] / c['seconds']:,.0f} | {c['seconds']:.2f} | {_cpu(c)} |"
         )
     return rows
 
 
-def ratios(results: dict[str, dict[str, Result]], size: int) -> list[str]:
+def ratios(results: Runs, size: int) -> list[str]:
     if "oncelog" not in results:
         return []
     lines = []
     for phase in ("produce", "consume"):
-        ours = mbps(results["oncelog"][phase], size)
+
+        def rate(client: str, phase: str = phase) -> float:
+            return mbps(median_run(results[client][phase], size), size)
+
+        ours = rate("oncelog")
         parts = []
         if "kafka-python" in results:
-            parts.append(f"{ours / mbps(results['kafka-python'][phase], size):.2f}x kafka-python")
+            parts.append(f"{ours / rate('kafka-python'):.2f}x kafka-python")
         if "confluent-kafka" in results:
-            theirs = mbps(results["confluent-kafka"][phase], size)
-            parts.append(f"confluent-kafka is {theirs / ours:.2f}x oncelog.client")
+            parts.append(f"confluent-kafka is {rate('confluent-kafka') / ours:.2f}x oncelog.client")
         if parts:
-            lines.append(f"- {phase}: oncelog.client = " + ", ".join(parts))
+            lines.append(f"- {phase} (medians): oncelog.client = " + ", ".join(parts))
     return lines
+
+
+def run_client(
+    args: argparse.Namespace,
+    client: str,
+    tag: str,
+    bootstrap: str,
+    broker: Any,
+    results: Runs,
+    profiles: dict[str, Path],
+) -> None:
+    """One produce and one consume phase of ``client`` on a fresh topic."""
+    topic = f"client-bench-{client}-{tag}-{os.getpid()}"
+    create_topic(bootstrap, topic, args.partitions)
+    for phase in ("produce", "consume"):
+        job = {
+            "phase": phase, "client": client, "bootstrap": bootstrap, "topic": topic,
+            "records": args.records, "size": args.size, "partitions": args.partitions,
+            "batch_size": args.batch_size, "timeout": args.timeout,
+        }  # fmt: skip
+        profile_to = None
+        if args.profile and client == "oncelog" and phase not in profiles:
+            OUT.mkdir(parents=True, exist_ok=True)
+            profile_to = OUT / f"client-bench-{tag}-{phase}.folded"
+            profiles[phase] = profile_to
+        pid = broker.pid if broker is not None else None
+        broker_cpu = process_cpu_seconds(pid)
+        result = run_worker(job, profile_to)
+        if broker_cpu is not None:
+            # Includes the worker's start-up and metadata calls: an upper bound.
+            result["broker_cpu_seconds"] = (process_cpu_seconds(pid) or 0.0) - broker_cpu
+        if result["errors"]:
+            raise RuntimeError(f"{phase} {client}: {result}")
+        results[client][phase].append(result)
+        print(
+            f"{LABELS[client]:>28} {phase:>7}: {mbps(result, args.size):7.1f} MB/s "
+            f"({result['records']} records in {result['seconds']:.2f}s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def main() -> int:
@@ -338,6 +421,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=0, help="0: each client's default")
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds; the table shows medians")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--profile", action="store_true", help="py-spy the oncelog.client phases")
     parser.add_argument("--output", type=Path, help="also write the report here")
@@ -363,34 +447,13 @@ def main() -> int:
         broker = BrokerProcess(tmp / "data", log_level="WARNING", stop_timeout=120.0)
         broker.start()
         bootstrap = broker.bootstrap
-    results: dict[str, dict[str, Result]] = {}
+    results: Runs = {client: {"produce": [], "consume": []} for client in clients}
     profiles: dict[str, Path] = {}
+    load_before = os.getloadavg()
     try:
-        for client in clients:
-            topic = f"client-bench-{client}-{stamp}-{os.getpid()}"
-            create_topic(bootstrap, topic, args.partitions)
-            results[client] = {}
-            for phase in ("produce", "consume"):
-                job = {
-                    "phase": phase, "client": client, "bootstrap": bootstrap, "topic": topic,
-                    "records": args.records, "size": args.size, "partitions": args.partitions,
-                    "batch_size": args.batch_size, "timeout": args.timeout,
-                }  # fmt: skip
-                profile_to = None
-                if args.profile and client == "oncelog":
-                    OUT.mkdir(parents=True, exist_ok=True)
-                    profile_to = OUT / f"client-bench-{stamp}-{phase}.folded"
-                    profiles[phase] = profile_to
-                result = run_worker(job, profile_to)
-                if result["errors"]:
-                    raise RuntimeError(f"{phase} {client}: {result}")
-                results[client][phase] = result
-                print(
-                    f"{LABELS[client]:>28} {phase:>7}: {mbps(result, args.size):7.1f} MB/s "
-                    f"({result['records']} records in {result['seconds']:.2f}s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        for round_ in range(args.repeat):
+            for client in clients:
+                run_client(args, client, f"{stamp}-{round_}", bootstrap, broker, results, profiles)
     finally:
         if broker is not None:
             broker.kill()
@@ -408,7 +471,9 @@ def main() -> int:
         f"acks=all, linger.ms=5, idempotent, {batch}; consume: assign, earliest, "
         f"read_committed. One oncelog broker ({where}); "
         f"{platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, {platform.machine()}.",
+        f"{os.cpu_count()} CPUs, {platform.machine()}; load average "
+        f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after. "
+        f"{args.repeat} round(s), clients interleaved; MB/s is the median (min-max).",
         "",
         *table(results, args.size),
         "",
