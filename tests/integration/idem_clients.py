@@ -130,7 +130,7 @@ class ProducerRun:
         self._thread: threading.Thread | None = None
         self._started = 0.0
         self._elapsed = 0.0
-        self._crash: BaseException | None = None
+        self._stop = threading.Event()
 
     # -- called by the client loops (any thread) -----------------------------------------
     def on_ack(self, index: int, partition: int, offset: int) -> None:
@@ -151,6 +151,12 @@ class ProducerRun:
         """Seconds to wait after sending the record at ``position`` (0 between chunks)."""
         return self.pause if (position + 1) % self.chunk == 0 else 0.0
 
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def flush_deadline(self) -> float:
+        return time.monotonic() + DELIVERY_TIMEOUT_MS / 1000 + 10
+
     # -- called by the test ----------------------------------------------------------------
     def start(self) -> ProducerRun:
         self._started = time.monotonic()
@@ -164,7 +170,6 @@ class ProducerRun:
         try:
             _RUNNERS[self.client](self)
         except BaseException as exc:  # reported by join()
-            self._crash = exc
             self.on_error(f"producer thread crashed: {type(exc).__name__}: {exc}")
         finally:
             self._elapsed = time.monotonic() - self._started
@@ -196,6 +201,18 @@ class ProducerRun:
                     f"after {timeout:.0f}s; errors {self._errors[:5]}"
                 )
             time.sleep(0.005)
+
+    def stop(self) -> None:
+        """Give up: stop sending and waiting (a failed test must not leave it retrying)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def __enter__(self) -> ProducerRun:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def join(self, timeout: float) -> Outcome:
         assert self._thread is not None, "start() first"
@@ -244,6 +261,8 @@ def _run_confluent(run: ProducerRun) -> None:
         return on_delivery
 
     for position, rec in enumerate(run.records):
+        if run.stopping():
+            break
         while True:
             try:
                 producer.produce(
@@ -257,8 +276,8 @@ def _run_confluent(run: ProducerRun) -> None:
         producer.poll(0)
         if pause := run.pause_after(position):
             time.sleep(pause)
-    deadline = time.monotonic() + DELIVERY_TIMEOUT_MS / 1000 + 10
-    while len(producer) > 0 and time.monotonic() < deadline:
+    deadline = run.flush_deadline()
+    while len(producer) > 0 and time.monotonic() < deadline and not run.stopping():
         producer.flush(1.0)
     if len(producer) > 0:
         run.on_error(f"{len(producer)} records still queued after the delivery timeout")
@@ -282,8 +301,13 @@ def _run_kafka_python(run: ProducerRun) -> None:
         reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
         max_block_ms=DELIVERY_TIMEOUT_MS,
     )
+    from kafka.errors import KafkaTimeoutError
+
+    futures = []
     try:
         for position, rec in enumerate(run.records):
+            if run.stopping():
+                break
             future = producer.send(
                 run.topic, key=rec.key, value=rec.value, partition=rec.partition,
                 headers=rec.headers,
@@ -297,12 +321,21 @@ def _run_kafka_python(run: ProducerRun) -> None:
 
             future.add_callback(ok)
             future.add_errback(failed)
+            futures.append(future)
             run.on_sent()
             if pause := run.pause_after(position):
                 time.sleep(pause)
-        producer.flush(timeout=DELIVERY_TIMEOUT_MS / 1000 + 10)
+        deadline = run.flush_deadline()
+        while time.monotonic() < deadline and not run.stopping():
+            try:
+                producer.flush(timeout=1.0)
+                break
+            except KafkaTimeoutError:
+                continue
+        if not all(f.is_done for f in futures):
+            run.on_error(f"{sum(not f.is_done for f in futures)} records never completed")
     finally:
-        producer.close(timeout=10)
+        producer.close(timeout=1 if run.stopping() else 10)
 
 
 # ---------------------------------------------------------------------------------------
@@ -324,6 +357,8 @@ def _run_aiokafka(run: ProducerRun) -> None:
         futures: list[asyncio.Future[Any]] = []
         try:
             for position, rec in enumerate(run.records):
+                if run.stopping():
+                    break
                 future = await producer.send(
                     run.topic, key=rec.key, value=rec.value, partition=rec.partition,
                     headers=rec.headers,
@@ -343,11 +378,15 @@ def _run_aiokafka(run: ProducerRun) -> None:
                 run.on_sent()
                 if pause := run.pause_after(position):
                     await asyncio.sleep(pause)
-            async with asyncio.timeout(DELIVERY_TIMEOUT_MS / 1000 + 10):
-                await asyncio.wait(futures)
+            deadline = run.flush_deadline()
+            pending = set(futures)
+            while pending and time.monotonic() < deadline and not run.stopping():
+                _, pending = await asyncio.wait(pending, timeout=1.0)
             await asyncio.sleep(0)  # let the done callbacks run
+            if pending:
+                run.on_error(f"{len(pending)} records never completed")
         finally:
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(1 if run.stopping() else 10):
                 await producer.stop()
 
     asyncio.run(main())

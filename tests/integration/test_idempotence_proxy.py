@@ -54,19 +54,18 @@ def test_lost_acks_and_cut_connections_write_each_record_once(
         drop_rate={ApiKey.PRODUCE: 0.15}, cut_after_bytes=CUT_AFTER_BYTES, seed=3
     )
     proxy.set_rules(random_faults)
-    run = ProducerRun(client, proxy.bootstrap, topic, records, chunk=50, pause=0.02).start()
+    with ProducerRun(client, proxy.bootstrap, topic, records, chunk=50, pause=0.02) as run:
+        # Mid-stream: a burst of lost responses in a row, so retries of retries are lost too.
+        run.wait_acked(RECORDS // 3)
+        dropped_before = proxy.stats().responses_dropped[ApiKey.PRODUCE]
+        proxy.set_rules(
+            FaultRules(drop_next={ApiKey.PRODUCE: 4}, drop_rate={ApiKey.PRODUCE: 0.15},
+                       cut_after_bytes=CUT_AFTER_BYTES, seed=4)
+        )
+        proxy.wait_for(lambda s: s.responses_dropped[ApiKey.PRODUCE] >= dropped_before + 4, 30)
+        proxy.set_rules(random_faults)
 
-    # Mid-stream: a burst of lost responses in a row, so retries of retries are lost too.
-    run.wait_acked(RECORDS // 3)
-    dropped_before = proxy.stats().responses_dropped[ApiKey.PRODUCE]
-    proxy.set_rules(
-        FaultRules(drop_next={ApiKey.PRODUCE: 4}, drop_rate={ApiKey.PRODUCE: 0.15},
-                   cut_after_bytes=CUT_AFTER_BYTES, seed=4)
-    )
-    proxy.wait_for(lambda s: s.responses_dropped[ApiKey.PRODUCE] >= dropped_before + 4, 30)
-    proxy.set_rules(random_faults)
-
-    outcome = run.join(90)
+        outcome = run.join(90)
     stats = proxy.stats()
     proxy.set_rules(None)
 
