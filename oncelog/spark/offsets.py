@@ -100,22 +100,21 @@ def rate_limit(
         return dict(latest)
     waiting = sorted(tp for tp, size in sizes.items() if size > 0)
     grant = {tp: 0 for tp in latest}
-    budget = limit
     if limit >= len(waiting):
-        # Everyone waiting gets one offset, the rest is shared in proportion.
-        for tp in waiting:
-            grant[tp] = 1
-        budget -= len(waiting)
-        rest = total - len(waiting)
+        # Largest remainder: floor of each exact share, leftovers to the largest remainders.
         remainders: list[tuple[int, TopicPartitionKey]] = []
         for tp in waiting:
-            share_num = budget * (sizes[tp] - 1)
-            whole = share_num // rest if rest else 0
-            grant[tp] += whole
-            remainders.append((share_num - whole * rest if rest else 0, tp))
+            grant[tp], remainder = divmod(limit * sizes[tp], total)
+            remainders.append((remainder, tp))
         left = limit - sum(grant.values())
         for _, tp in sorted(remainders, key=lambda item: (-item[0], item[1]))[:left]:
             grant[tp] += 1
+        # No partition with data waiting is starved: take from the largest grants.
+        for tp in waiting:
+            if grant[tp] == 0:
+                donor = max(waiting, key=lambda d: (grant[d], d))
+                grant[donor] -= 1
+                grant[tp] = 1
     else:
         # Fewer offsets than partitions waiting: the largest backlogs go first.
         for tp in sorted(waiting, key=lambda tp: (-sizes[tp], tp))[:limit]:

@@ -1,0 +1,59 @@
+"""Fixtures of the Spark connector tests: one two-phase-commit broker and (for the tests that
+need it) one local SparkSession for the whole session: the JVM takes seconds to start.
+
+Every test here is marked ``spark``; run them with ``pytest tests/spark`` (or ``-m spark``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.broker import BrokerProcess
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+TPC_CONFIGS = {
+    "transaction.two.phase.commit.enable": True,
+    "group.initial.rebalance.delay.ms": 0,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spark: needs pyspark (and a JVM for most tests)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def tpc_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker with two-phase commit enabled; tests use their own topics."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("spark-broker") / "data", configs=TPC_CONFIGS)
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.kill()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A ``local[2]`` SparkSession with the ``oncelog`` format registered."""
+    from examples.payments.pipeline import build_spark
+
+    session = build_spark("local[2]", shuffle_partitions=2)
+    try:
+        yield session
+    finally:
+        session.stop()
