@@ -13,7 +13,8 @@ both become visible or neither does, whatever process dies when::
 
 ``{}`` in ``unit.execute`` is a parameter slot, written in the driver's paramstyle (found on
 the driver module, e.g. ``sqlite3.paramstyle`` "qmark", psycopg's "pyformat"; or pass
-``paramstyle=``). ``unit.cursor`` and ``unit.producer`` are there for anything else.
+``paramstyle=``). ``unit.cursor`` is there for anything else; records go through
+``unit.send`` only (a unit that sent none commits the database alone).
 
 One unit (``run`` or ``with writer.transaction() as unit``), in this order:
 
