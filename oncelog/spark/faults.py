@@ -1,10 +1,11 @@
 """Crash and failure points of the Spark connector, for fault tests.
 
-``ONCELOG_SPARK_CRASH_AT=point[@batch][,...]`` makes the process group of the Spark driver
-die by SIGKILL the first time the connector passes that point (of that micro-batch, if
-given). In local mode the driver JVM, its Python workers and the executors are one process
-group, so this is what ``kill -9`` of the driver does; a test starts the driver in its own
-session so that only the driver goes.
+``ONCELOG_SPARK_CRASH_AT=point[@batch][,...]`` makes every process of the Spark driver's
+session die by SIGKILL the first time the connector passes that point (of that micro-batch,
+if given). In local mode the driver's Python process, its JVM, the executors and their
+Python workers are one session (PySpark's worker daemon has its own process group, but not
+its own session), so this is what ``kill -9`` of the driver does; a test starts the driver
+in a session of its own (``start_new_session=True``) so that only the driver goes.
 
 ``ONCELOG_SPARK_FAIL_AT=point[@batch][:partition][,...]`` instead raises
 ``InjectedFailure`` in the task, on its first attempt only: Spark retries the task (with
@@ -15,6 +16,7 @@ Points: ``task.write`` (a task has sent its first records, before prepare),
 ``commit.start`` (the driver's commit, before completing anything), ``commit.after_first``
 (after completing the first transaction of several), ``commit.done`` (every transaction
 completed, before Spark writes its commit log). Unset, each point costs a dict lookup.
+``ONCELOG_SPARK_CRASH_LOG=path`` gets a line naming each crash point that fired.
 """
 
 from __future__ import annotations
@@ -73,7 +75,30 @@ def crash_point(name: str, batch: int | None = None, partition: int | None = Non
         )
         for handler in logging.getLogger().handlers:
             handler.flush()
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        # A Spark Python worker's stderr is a pipe that its JVM copies out, and the JVM dies
+        # too: name the point in ONCELOG_SPARK_CRASH_LOG, if given, for the test to read.
+        line = f"crash point {name} batch {batch} partition {partition} pid {os.getpid()}\n"
+        os.write(2, line.encode())
+        record = os.environ.get("ONCELOG_SPARK_CRASH_LOG")
+        if record:
+            with open(record, "a", encoding="utf-8") as file:
+                file.write(line)
+        kill_session()
+
+
+def kill_session() -> None:
+    """SIGKILL every process of this process's session, this one last (Linux /proc)."""
+    session = os.getsid(0)
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.getsid(int(entry)) == session:
+                os.kill(int(entry), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    os.kill(me, signal.SIGKILL)
 
 
 def fail_point(name: str, batch: int | None, partition: int | None, attempt: int) -> None:

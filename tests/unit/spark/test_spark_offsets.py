@@ -3,6 +3,7 @@ and the micro-batch end chosen for each read limit."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -100,7 +101,7 @@ def test_plan_ranges_splits_for_min_partitions_without_gaps_or_overlaps() -> Non
     for tp, (lo, hi) in {A0: (0, 90), B0: (0, 10)}.items():
         mine = [r for r in ranges if (r.topic, r.partition) == tp]
         assert mine[0].start == lo and mine[-1].end == hi
-        assert all(x.end == y.start for x, y in zip(mine, mine[1:], strict=False))
+        assert all(x.end == y.start for x, y in itertools.pairwise(mine))
     # Splitting stops at single offsets.
     tiny = off.plan_ranges({A0: 0}, {A0: 3}, min_partitions=10)
     assert [r.size for r in tiny] == [1, 1, 1]
