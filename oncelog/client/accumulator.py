@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,6 +193,19 @@ class RecordAccumulator:
         """Take every queued batch out (to fail them, e.g. on abort or fatal error)."""
         out = [batch for queue in self._queues.values() for batch in queue]
         self._queues.clear()
+        return out
+
+    def pop_expired(
+        self, now_ms: int, timeout_ms: int, skip: AbstractSet[TopicPartition]
+    ) -> list[ProducerBatch]:
+        """Take out the batches queued for ``timeout_ms`` or longer. A queue's head is its
+        oldest batch (retries go back to the head), so only heads are looked at."""
+        out: list[ProducerBatch] = []
+        for tp, queue in self._queues.items():
+            if tp in skip:
+                continue
+            while queue and now_ms - queue[0].created_ms >= timeout_ms:
+                out.append(queue.popleft())
         return out
 
     def batches(self) -> Iterator[ProducerBatch]:

@@ -343,6 +343,24 @@ def test_2pc_in_process_prepare_then_complete(tpc_broker: BrokerProcess) -> None
     assert values(read_all(tpc_broker.bootstrap, topic)) == [b"one"]
 
 
+def test_2pc_prepare_of_an_empty_transaction_completes_and_the_producer_goes_on(
+    tpc_broker: BrokerProcess,
+) -> None:
+    """A prepared transaction that wrote nothing has nothing on the broker to end; completing
+    it must not send EndTxn (the broker would answer INVALID_TXN_STATE, a fatal error)."""
+    topic = make_topic(tpc_broker.bootstrap)
+    with txn_producer(
+        tpc_broker.bootstrap, unique_name("2pc"), **{"transaction.two.phase.commit.enable": True}
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.complete_transaction(producer.prepare_transaction())
+        producer.begin_transaction()
+        producer.send(topic, b"after", partition=0)
+        producer.complete_transaction(producer.prepare_transaction())
+    assert values(read_all(tpc_broker.bootstrap, topic)) == [b"after"]
+
+
 def test_keep_prepared_without_an_ongoing_transaction_makes_complete_a_no_op(
     tpc_broker: BrokerProcess,
 ) -> None:

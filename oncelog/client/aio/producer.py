@@ -190,6 +190,9 @@ class AIOProducer:
         self._txn_offsets_added = False
         self._txn_failure: KafkaClientError | None = None
         self._prepared: PreparedTxnState | None = None
+        # A transaction kept open across a restart (KIP-939 keep_prepared_txn): the broker
+        # has it ongoing even though this instance added no partitions to it.
+        self._kept_prepared = False
         self._noop_complete = False
         self._add_partitions_task: asyncio.Task[None] | None = None
 
@@ -352,16 +355,14 @@ class AIOProducer:
 
     def _expire_batches(self, now: int) -> None:
         timeout = self.config["delivery.timeout.ms"]
-        for batch in list(self.accumulator.batches()):
-            if now - batch.created_ms >= timeout and batch.tp not in self._in_flight:
-                self.accumulator.remove(batch)
-                age = now - batch.created_ms
-                exc = KafkaTimeoutError(
-                    f"{batch.record_count} record(s) for {batch.tp} expired after {age} ms"
-                )
-                if batch.has_sequence:
-                    self._on_unresolved_sequence(exc)
-                self._fail_batch(batch, exc)
+        for batch in self.accumulator.pop_expired(now, timeout, self._in_flight):
+            age = now - batch.created_ms
+            exc = KafkaTimeoutError(
+                f"{batch.record_count} record(s) for {batch.tp} expired after {age} ms"
+            )
+            if batch.has_sequence:
+                self._on_unresolved_sequence(exc)
+            self._fail_batch(batch, exc)
 
     async def _send_ready(self, ready: list[TopicPartition]) -> None:
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
@@ -712,6 +713,7 @@ class AIOProducer:
         self._noop_complete = False
         if keep_prepared_txn and ongoing_pid >= 0:
             self._prepared = PreparedTxnState(producer_id=ongoing_pid, epoch=ongoing_epoch)
+            self._kept_prepared = True
             self.txn.fire(TxnEvent.INIT_DONE_PREPARED)
             logger.info(
                 "producer %r: kept prepared transaction %s", self.transactional_id, self._prepared
@@ -733,6 +735,7 @@ class AIOProducer:
         self.txn.fire(TxnEvent.BEGIN)
         self._reset_txn()
         self._prepared = None
+        self._kept_prepared = False
         self._noop_complete = False
 
     def _maybe_add_partitions(self) -> None:
@@ -1016,9 +1019,7 @@ class AIOProducer:
         return self._prepared
 
     async def _end_transaction(self, *, commit: bool) -> None:
-        needs_end = bool(
-            self._txn_partitions or self._txn_offsets_added or self._prepared is not None
-        )
+        needs_end = bool(self._txn_partitions or self._txn_offsets_added or self._kept_prepared)
         what = "EndTxn(commit)" if commit else "EndTxn(abort)"
         if needs_end:
 
@@ -1056,6 +1057,7 @@ class AIOProducer:
         )
         self._reset_txn()
         self._prepared = None
+        self._kept_prepared = False
 
     async def _bump_transactional_epoch(self) -> None:
         def build(version: int) -> Any:
