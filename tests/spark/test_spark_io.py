@@ -150,3 +150,51 @@ def test_sink_refuses_a_query_without_value_or_topic(spark: Any, tpc_broker: Bro
         df.write.format("oncelog").option("kafka.bootstrap.servers", tpc_broker.bootstrap).option(
             "topic", "t"
         ).mode("append").save()
+
+
+def test_stream_stops_at_the_lso_of_an_open_transaction(
+    spark: Any, tpc_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    name = unique_name("lso")
+    source_topic = make_topic(tpc_broker.bootstrap, partitions=1, prefix=f"{name}-in")
+    sink_topic = make_topic(tpc_broker.bootstrap, partitions=1, prefix=f"{name}-out")
+    fill(tpc_broker.bootstrap, source_topic, txns=2)  # 20 committed records
+    open_txn = Producer(
+        {"bootstrap.servers": tpc_broker.bootstrap, "transactional.id": unique_name("open")}
+    )
+    after = Producer({"bootstrap.servers": tpc_broker.bootstrap})
+
+    def run() -> list[bytes]:
+        query = (
+            spark.readStream.format("oncelog")
+            .option("kafka.bootstrap.servers", tpc_broker.bootstrap)
+            .option("subscribePattern", f"{name}-in.*")
+            .option("startingOffsets", "earliest")
+            .load()
+            .select("value")
+            .writeStream.format("oncelog")
+            .option("kafka.bootstrap.servers", tpc_broker.bootstrap)
+            .option("topic", sink_topic)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return sorted(m.value or b"" for m in read_topic(tpc_broker.bootstrap, sink_topic))
+
+    try:
+        open_txn.init_transactions()
+        open_txn.begin_transaction()
+        open_txn.send(source_topic, b"open")
+        open_txn.flush(30)
+        after.send(source_topic, b"after the open one").result(30)  # above the LSO
+        first = run()
+        assert len(first) == 20 and b"open" not in first
+        assert b"after the open one" not in first
+        open_txn.commit_transaction()
+        second = run()  # the same query, from its checkpoint
+        assert second == sorted([*first, b"open", b"after the open one"])
+    finally:
+        open_txn.close()
+        after.close()
