@@ -1,16 +1,16 @@
 """Idempotent producers over the three real Kafka clients, a direct log reader and the
 exactly-once checks shared by the idempotence integration tests.
 
-    records = make_records(3000, partitions=4)
-    run = ProducerRun("aiokafka", proxy.bootstrap, topic, records).start()
-    run.wait_acked(1000)                  # the producer keeps going in its own thread
-    ...                                   # faults: drop responses, cut connections, kill -9
-    outcome = run.join(90)                # every acknowledgement and every error
-    log = read_log(broker.bootstrap, topic, 4)     # straight from the broker, not the proxy
-    check_exactly_once(records, outcome, log)
+    records = make_records(3000, topics=[topic], partitions=4)
+    with ProducerRun("aiokafka", proxy.bootstrap, records) as run:
+        run.wait_acked(1000)              # the producer keeps going in its own thread
+        ...                               # faults: drop responses, cut connections, kill -9
+        outcome = run.join(90)            # every acknowledgement and every error
+    log = read_log(broker.bootstrap, [topic], 4)   # straight from the broker, not the proxy
+    assert not check_exactly_once(records, outcome, log).problems()
 
 Each record carries its global send index and its per-key sequence number (in the value
-and in headers) and is sent to an explicit partition, so a read of the log can say exactly
+and in headers) and is sent to an explicit topic and partition, so a read of the log can say exactly
 what is missing, duplicated or out of order. ``read_log`` fetches with raw Fetch requests on
 the broker's own port (the broker advertises the proxy, so a normal consumer would go
 through it) and decodes the batches itself, keeping each record's producer id, epoch and
@@ -20,6 +20,7 @@ sequence. Nothing here fakes the broker: every call goes over TCP to a real ``on
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections import defaultdict
@@ -34,6 +35,8 @@ from oncelog.client import Admin, TopicPartition
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, request_module
 from oncelog.records.codec import iter_records
+
+TP = tuple[str, int]
 
 # Generous: a client must retry through a broker restart, never give up on a record.
 DELIVERY_TIMEOUT_MS = 120_000
@@ -50,10 +53,15 @@ class OutRecord:
     """One record to send: ``index`` is the global send order, ``key_seq`` the per-key one."""
 
     index: int
+    topic: str
     partition: int
     key: bytes
     key_seq: int
     value: bytes
+
+    @property
+    def tp(self) -> TP:
+        return (self.topic, self.partition)
 
     @property
     def headers(self) -> list[tuple[str, str | bytes | None]]:
@@ -61,9 +69,10 @@ class OutRecord:
 
 
 def make_records(
-    n: int, *, partitions: int, keys: int = 32, value_size: int = 100
+    n: int, *, topics: Sequence[str], partitions: int, keys: int = 32, value_size: int = 100
 ) -> list[OutRecord]:
-    """``n`` keyed records; key ``k`` always goes to partition ``k % partitions``."""
+    """``n`` keyed records; key ``k`` always goes to the same topic and partition:
+    ``topics[k % len(topics)]``, partition ``k // len(topics) % partitions``."""
     key_seqs: dict[int, int] = defaultdict(int)
     out = []
     for i in range(n):
@@ -72,7 +81,8 @@ def make_records(
         key_seqs[k] += 1
         head = f"{i:07d}|{seq:06d}|".encode()
         out.append(
-            OutRecord(i, k % partitions, f"key-{k:03d}".encode(), seq,
+            OutRecord(i, topics[k % len(topics)], k // len(topics) % partitions,
+                      f"key-{k:03d}".encode(), seq,
                       head + b"x" * max(0, value_size - len(head)))
         )
     return out
@@ -89,8 +99,8 @@ def parse_value(value: bytes | None) -> tuple[int, int]:
 class Outcome:
     """What a producer run ended with."""
 
-    acked: Mapping[int, tuple[int, int]]
-    """Send index -> (partition, offset) from the client's acknowledgement."""
+    acked: Mapping[int, tuple[str, int, int]]
+    """Send index -> (topic, partition, offset) from the client's acknowledgement."""
     errors: Sequence[str]
     """Every delivery error and client-level (fatal) error, as text."""
     sent: int
@@ -109,7 +119,6 @@ class ProducerRun:
         self,
         client: str,
         bootstrap: str,
-        topic: str,
         records: Sequence[OutRecord],
         *,
         chunk: int = 50,
@@ -119,12 +128,11 @@ class ProducerRun:
             raise ValueError(f"unknown client {client!r}; one of {sorted(_RUNNERS)}")
         self.client = client
         self.bootstrap = bootstrap
-        self.topic = topic
         self.records = list(records)
         self.chunk = chunk
         self.pause = pause
         self._lock = threading.Lock()
-        self._acked: dict[int, tuple[int, int]] = {}
+        self._acked: dict[int, tuple[str, int, int]] = {}
         self._errors: list[str] = []
         self._sent = 0
         self._thread: threading.Thread | None = None
@@ -133,11 +141,11 @@ class ProducerRun:
         self._stop = threading.Event()
 
     # -- called by the client loops (any thread) -----------------------------------------
-    def on_ack(self, index: int, partition: int, offset: int) -> None:
+    def on_ack(self, index: int, topic: str, partition: int, offset: int) -> None:
         with self._lock:
             if index in self._acked:
                 self._errors.append(f"record {index} acknowledged twice")
-            self._acked[index] = (partition, offset)
+            self._acked[index] = (topic, partition, offset)
 
     def on_error(self, what: str) -> None:
         with self._lock:
@@ -177,6 +185,15 @@ class ProducerRun:
     def acked(self) -> int:
         with self._lock:
             return len(self._acked)
+
+    def acked_by_partition(self) -> dict[TP, int]:
+        """How many records each partition has acknowledged so far."""
+        with self._lock:
+            acked = list(self._acked.values())
+        out: dict[TP, int] = defaultdict(int)
+        for topic, partition, _ in acked:
+            out[(topic, partition)] += 1
+        return dict(out)
 
     def sent(self) -> int:
         with self._lock:
@@ -256,7 +273,7 @@ def _run_confluent(run: ProducerRun) -> None:
             if err is not None:
                 run.on_error(f"record {index}: {err}")
             else:
-                run.on_ack(index, msg.partition(), msg.offset())
+                run.on_ack(index, msg.topic(), msg.partition(), msg.offset())
 
         return on_delivery
 
@@ -266,7 +283,7 @@ def _run_confluent(run: ProducerRun) -> None:
         while True:
             try:
                 producer.produce(
-                    run.topic, key=rec.key, value=rec.value, partition=rec.partition,
+                    rec.topic, key=rec.key, value=rec.value, partition=rec.partition,
                     headers=rec.headers, on_delivery=report(rec.index),
                 )
                 break
@@ -309,12 +326,12 @@ def _run_kafka_python(run: ProducerRun) -> None:
             if run.stopping():
                 break
             future = producer.send(
-                run.topic, key=rec.key, value=rec.value, partition=rec.partition,
+                rec.topic, key=rec.key, value=rec.value, partition=rec.partition,
                 headers=rec.headers,
             )
 
             def ok(meta: Any, index: int = rec.index) -> None:
-                run.on_ack(index, meta.partition, meta.offset)
+                run.on_ack(index, meta.topic, meta.partition, meta.offset)
 
             def failed(exc: BaseException, index: int = rec.index) -> None:
                 run.on_error(f"record {index}: {type(exc).__name__}: {exc}")
@@ -360,7 +377,7 @@ def _run_aiokafka(run: ProducerRun) -> None:
                 if run.stopping():
                     break
                 future = await producer.send(
-                    run.topic, key=rec.key, value=rec.value, partition=rec.partition,
+                    rec.topic, key=rec.key, value=rec.value, partition=rec.partition,
                     headers=rec.headers,
                 )
 
@@ -371,7 +388,7 @@ def _run_aiokafka(run: ProducerRun) -> None:
                         run.on_error(f"record {index}: {type(exc).__name__}: {exc}")
                     else:
                         meta = f.result()
-                        run.on_ack(index, meta.partition, meta.offset)
+                        run.on_ack(index, meta.topic, meta.partition, meta.offset)
 
                 future.add_done_callback(done)
                 futures.append(future)
@@ -406,6 +423,7 @@ CLIENT_NAMES = tuple(_RUNNERS)
 class LogRecord:
     """One record as stored, with the batch fields idempotence is about."""
 
+    topic: str
     partition: int
     offset: int
     key: bytes | None
@@ -414,54 +432,91 @@ class LogRecord:
     producer_id: int
     producer_epoch: int
     sequence: int  # base sequence + offset delta; -1 without a producer id
+    batch_offset: int  # the base offset of the batch holding it
 
 
 FETCH_VERSION = 11  # the last version that names topics (not topic ids)
 
 
 def read_log(
-    bootstrap: str, topic: str, partitions: int, *, timeout: float = 30.0
-) -> dict[int, list[LogRecord]]:
+    bootstrap: str, topics: Sequence[str], partitions: int, *, timeout: float = 30.0
+) -> dict[TP, list[LogRecord]]:
     """Every record of every partition up to its high watermark (read_uncommitted), read
     with raw Fetch requests on ``bootstrap`` (the broker's own port)."""
-    mod = request_module(versions.FETCH, FETCH_VERSION)
-    out: dict[int, list[LogRecord]] = {p: [] for p in range(partitions)}
     conn = RawConnection(bootstrap, timeout=timeout)
     try:
-        for p in range(partitions):
-            position, high_watermark = 0, None
-            deadline = time.monotonic() + timeout
-            while high_watermark is None or position < high_watermark:
-                assert time.monotonic() < deadline, f"{topic}-{p}: read stuck at {position}"
-                request = make(
-                    mod.FetchRequest, replica_id=-1, max_wait=0, min_bytes=0,
-                    max_bytes=8 << 20, isolation_level=0, session_id=0, session_epoch=-1,
-                    topics=(make(mod.FetchTopic, topic=topic, partitions=(
-                        make(mod.FetchPartition, partition=p, current_leader_epoch=-1,
-                             fetch_offset=position, log_start_offset=-1,
-                             partition_max_bytes=4 << 20),
-                    )),),
-                    forgotten_topics_data=(), rack_id="",
-                )
-                response = conn.request(request)
-                data = response.responses[0].partitions[0]
-                assert data.error_code == ErrorCode.none, f"{topic}-{p}: {data.error_code!r}"
-                high_watermark = int(data.high_watermark)
-                for header, records in iter_records(bytes(data.records or b"")):
-                    for r in records:
-                        if r.offset < position:
-                            continue
-                        sequence = (
-                            header.base_sequence + (r.offset - header.base_offset)
-                            if header.producer_id >= 0 else -1
-                        )
-                        out[p].append(LogRecord(
-                            p, r.offset, r.key, r.value, tuple(r.headers),
-                            header.producer_id, header.producer_epoch, sequence,
-                        ))
-                    position = max(position, header.next_offset)
+        return {
+            (t, p): read_partition(conn, t, p, timeout=timeout)
+            for t in topics for p in range(partitions)
+        }
     finally:
         conn.close()
+
+
+def read_partition(
+    conn: RawConnection, topic: str, partition: int, start: int = 0, *, timeout: float = 30.0
+) -> list[LogRecord]:
+    """The records of one partition from ``start`` to its high watermark."""
+    mod = request_module(versions.FETCH, FETCH_VERSION)
+    out: list[LogRecord] = []
+    position, high_watermark = start, None
+    deadline = time.monotonic() + timeout
+    while high_watermark is None or position < high_watermark:
+        assert time.monotonic() < deadline, f"{topic}-{partition}: read stuck at {position}"
+        request = make(
+            mod.FetchRequest, replica_id=-1, max_wait=0, min_bytes=0,
+            max_bytes=8 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=(make(mod.FetchTopic, topic=topic, partitions=(
+                make(mod.FetchPartition, partition=partition, current_leader_epoch=-1,
+                     fetch_offset=position, log_start_offset=-1,
+                     partition_max_bytes=4 << 20),
+            )),),
+            forgotten_topics_data=(), rack_id="",
+        )
+        data = conn.request(request).responses[0].partitions[0]
+        assert data.error_code == ErrorCode.none, f"{topic}-{partition}: {data.error_code!r}"
+        high_watermark = int(data.high_watermark)
+        for header, records in iter_records(bytes(data.records or b"")):
+            for r in records:
+                if r.offset < position:
+                    continue
+                sequence = (
+                    header.base_sequence + (r.offset - header.base_offset)
+                    if header.producer_id >= 0 else -1
+                )
+                out.append(LogRecord(
+                    topic, partition, r.offset, r.key, r.value, tuple(r.headers),
+                    header.producer_id, header.producer_epoch, sequence, header.base_offset,
+                ))
+            position = max(position, header.next_offset)
+    return out
+
+
+def end_offsets(bootstrap: str, tps: Iterable[TP]) -> dict[TP, int]:
+    """Each partition's high watermark, by a raw ListOffsets (latest) on ``bootstrap``."""
+    mod = request_module(versions.LIST_OFFSETS, 2)
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, p in tps:
+        by_topic[topic].append(p)
+    request = make(
+        mod.ListOffsetsRequest, replica_id=-1, isolation_level=0,
+        topics=tuple(
+            make(mod.ListOffsetsTopic, name=topic, partitions=tuple(
+                make(mod.ListOffsetsPartition, partition_index=p, timestamp=-1) for p in parts
+            ))
+            for topic, parts in by_topic.items()
+        ),
+    )
+    conn = RawConnection(bootstrap)
+    try:
+        response = conn.request(request)
+    finally:
+        conn.close()
+    out = {}
+    for topic_response in response.topics:
+        for part in topic_response.partitions:
+            assert part.error_code == ErrorCode.none, (topic_response.name, part)
+            out[(str(topic_response.name), int(part.partition_index))] = int(part.offset)
     return out
 
 
@@ -474,14 +529,12 @@ class ProducerView:
     last_sequence: int
 
 
-def describe_producers(
-    bootstrap: str, topic: str, partitions: int
-) -> dict[int, list[ProducerView]]:
-    """DescribeProducers for every partition, with oncelog's own admin client."""
+def describe_producers(bootstrap: str, tps: Iterable[TP]) -> dict[TP, list[ProducerView]]:
+    """DescribeProducers for each partition, with oncelog's own admin client."""
     with Admin({"bootstrap.servers": bootstrap}) as admin:
-        states = admin.describe_producers(TopicPartition(topic, p) for p in range(partitions))
+        states = admin.describe_producers(TopicPartition(t, p) for t, p in tps)
     return {
-        tp.partition: [
+        (tp.topic, tp.partition): [
             ProducerView(s.producer_id, s.producer_epoch, s.last_sequence) for s in producers
         ]
         for tp, producers in states.items()
@@ -505,7 +558,7 @@ class Report:
 
 
 def check_exactly_once(
-    records: Sequence[OutRecord], outcome: Outcome, log: Mapping[int, Sequence[LogRecord]]
+    records: Sequence[OutRecord], outcome: Outcome, log: Mapping[TP, Sequence[LogRecord]]
 ) -> Report:
     """Compare what was sent and acknowledged with what the log holds.
 
@@ -519,75 +572,136 @@ def check_exactly_once(
     """
     report = Report()
     by_index = {r.index: r for r in records}
-    where: dict[int, tuple[int, int]] = {}
-    for p, entries in log.items():
+    where: dict[int, tuple[str, int, int]] = {}
+    for (topic, p), entries in log.items():
         last_index = -1
         last_key_seq: dict[bytes, int] = {}
         seqs: dict[tuple[int, int], int] = {}
         for e in entries:
+            at = f"{topic}-{p}@{e.offset}"
             index, key_seq = parse_value(e.value)
             rec = by_index.get(index)
             if rec is None or rec.key != e.key or rec.key_seq != key_seq:
-                report.duplicates.append(f"p{p}@{e.offset}: a record that was never sent")
+                report.duplicates.append(f"{at}: a record that was never sent")
                 continue
             if dict(e.headers).get("i") != str(index).encode():
-                report.wrong_ack.append(f"p{p}@{e.offset}: header i={dict(e.headers)}")
+                report.wrong_ack.append(f"{at}: header i={dict(e.headers)}")
             if index in where:
-                report.duplicates.append(
-                    f"record {index} at p{where[index][0]}@{where[index][1]} and p{p}@{e.offset}"
-                )
+                t0, p0, o0 = where[index]
+                report.duplicates.append(f"record {index} at {t0}-{p0}@{o0} and {at}")
                 continue
-            where[index] = (p, e.offset)
-            if rec.partition != p:
-                report.misordered.append(f"record {index} in p{p}, sent to p{rec.partition}")
+            where[index] = (topic, p, e.offset)
+            if rec.tp != (topic, p):
+                report.misordered.append(f"record {index} in {at}, sent to {rec.tp}")
             if index < last_index:
-                report.misordered.append(f"p{p}@{e.offset}: record {index} after {last_index}")
+                report.misordered.append(f"{at}: record {index} after {last_index}")
             last_index = max(last_index, index)
             if key_seq <= last_key_seq.get(rec.key, -1):
                 report.misordered.append(
-                    f"p{p}@{e.offset}: {rec.key!r} seq {key_seq} after {last_key_seq[rec.key]}"
+                    f"{at}: {rec.key!r} seq {key_seq} after {last_key_seq[rec.key]}"
                 )
             last_key_seq[rec.key] = key_seq
             producer = (e.producer_id, e.producer_epoch)
             expected_seq = seqs.get(producer, 0)
             if e.producer_id < 0:
-                report.sequences.append(f"p{p}@{e.offset}: written without a producer id")
+                report.sequences.append(f"{at}: written without a producer id")
             elif e.sequence != expected_seq:
                 report.sequences.append(
-                    f"p{p}@{e.offset}: producer {producer} sequence {e.sequence}, "
-                    f"expected {expected_seq}"
+                    f"{at}: producer {producer} sequence {e.sequence}, expected {expected_seq}"
                 )
             seqs[producer] = e.sequence + 1
     failed = {int(s.split()[1].rstrip(":")) for s in outcome.errors if s.startswith("record ")}
     for rec in records:
         if rec.index not in where and (rec.index in outcome.acked or rec.index not in failed):
             state = "acknowledged" if rec.index in outcome.acked else "not failed"
-            report.missing.append(f"record {rec.index} ({state}) not in p{rec.partition}")
+            report.missing.append(f"record {rec.index} ({state}) not in {rec.tp}")
     for index, ack in outcome.acked.items():
         if index in where and where[index] != ack:
             report.wrong_ack.append(f"record {index} acked at {ack}, stored at {where[index]}")
     return report
 
 
-def last_batches(log: Mapping[int, Sequence[LogRecord]]) -> dict[int, dict[int, LogRecord]]:
+def last_records(log: Mapping[TP, Sequence[LogRecord]]) -> dict[TP, dict[int, LogRecord]]:
     """Per partition, per producer id: its last record in the log."""
-    out: dict[int, dict[int, LogRecord]] = {}
-    for p, entries in log.items():
-        out[p] = {}
+    out: dict[TP, dict[int, LogRecord]] = {}
+    for tp, entries in log.items():
+        out[tp] = {}
         for e in entries:
             if e.producer_id >= 0:
-                out[p][e.producer_id] = e
+                out[tp][e.producer_id] = e
     return out
 
 
-def count_lines(text: str, needle: str) -> int:
-    return sum(1 for line in text.splitlines() if needle in line)
+def check_described(
+    log: Mapping[TP, Sequence[LogRecord]], described: Mapping[TP, Sequence[ProducerView]]
+) -> list[str]:
+    """Problems with DescribeProducers: each partition must list every producer id found in
+    its log, with the epoch and the sequence of its last record."""
+    problems = []
+    for tp, last in last_records(log).items():
+        if not last:
+            problems.append(f"{tp}: no idempotent records in the log")
+        views = {v.producer_id: v for v in described.get(tp, ())}
+        for producer_id, record in last.items():
+            view = views.get(producer_id)
+            if view is None:
+                problems.append(f"{tp}: producer {producer_id} not described: {views}")
+            elif (view.producer_epoch, view.last_sequence) != (
+                record.producer_epoch, record.sequence
+            ):
+                problems.append(
+                    f"{tp}: producer {producer_id} described as epoch {view.producer_epoch} "
+                    f"last sequence {view.last_sequence}; its last record has epoch "
+                    f"{record.producer_epoch} sequence {record.sequence}"
+                )
+    return problems
 
 
-def log_by_start(text: str) -> list[str]:
-    """A ``BrokerProcess`` log split into one text per start (index 0: first start)."""
-    parts = text.split("===== start #")
-    return parts[1:]
+# ---------------------------------------------------------------------------------------
+# The broker's log
+@dataclass(frozen=True)
+class Duplicate:
+    """A ``duplicate batch`` line: the broker answered a retry with the original offsets."""
+
+    partition: str  # "<topic>-<index>", the partition directory's name
+    first_offset: int
+    last_offset: int
+
+
+_DUPLICATE = re.compile(
+    r"duplicate batch partition=(?P<partition>\S+) "
+    r".*original_offsets=(?P<first>\d+)\.\.(?P<last>\d+)"
+)
+_SNAPSHOT = re.compile(
+    r"loaded producer snapshot partition=(?P<partition>\S+) offset=(?P<offset>\d+)"
+)
+_REBUILT = re.compile(
+    r"/(?P<partition>[^/\s]+): producer state rebuilt from offset \d+ \((?P<n>\d+) batches\)"
+)
+
+
+@dataclass(frozen=True)
+class StartLog:
+    """What one broker start logged about producer state."""
+
+    snapshots: Mapping[str, int]
+    """Partition -> offset of the snapshot it loaded."""
+    replayed: Mapping[str, int]
+    """Partition -> batches replayed from the log tail after that snapshot."""
+    duplicates: Sequence[Duplicate]
+
+
+def broker_starts(text: str) -> list[StartLog]:
+    """A ``BrokerProcess`` log split by start (index 0: the first start)."""
+    out = []
+    for part in text.split("===== start #")[1:]:
+        out.append(StartLog(
+            {m["partition"]: int(m["offset"]) for m in _SNAPSHOT.finditer(part)},
+            {m["partition"]: int(m["n"]) for m in _REBUILT.finditer(part)},
+            [Duplicate(m["partition"], int(m["first"]), int(m["last"]))
+             for m in _DUPLICATE.finditer(part)],
+        ))
+    return out
 
 
 def summary(items: Iterable[str], most: int = 8) -> str:

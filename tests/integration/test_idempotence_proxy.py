@@ -10,9 +10,10 @@ import pytest
 from idem_clients import (
     CLIENT_NAMES,
     ProducerRun,
+    broker_starts,
+    check_described,
     check_exactly_once,
     describe_producers,
-    last_batches,
     make_records,
     read_log,
     summary,
@@ -46,7 +47,7 @@ def test_lost_acks_and_cut_connections_write_each_record_once(
     broker = proxied_broker.broker  # type: ignore[attr-defined]
     proxy = proxied_broker.proxy  # type: ignore[attr-defined]
     topic = create_topic(broker.bootstrap)
-    records = make_records(RECORDS, partitions=PARTITIONS)
+    records = make_records(RECORDS, topics=[topic], partitions=PARTITIONS)
 
     # Lose a share of Produce responses (the broker appended, the client never hears) and
     # cut every connection after CUT_AFTER_BYTES, wherever in a frame that falls.
@@ -54,7 +55,7 @@ def test_lost_acks_and_cut_connections_write_each_record_once(
         drop_rate={ApiKey.PRODUCE: 0.15}, cut_after_bytes=CUT_AFTER_BYTES, seed=3
     )
     proxy.set_rules(random_faults)
-    with ProducerRun(client, proxy.bootstrap, topic, records, chunk=50, pause=0.02) as run:
+    with ProducerRun(client, proxy.bootstrap, records, chunk=50, pause=0.02) as run:
         # Mid-stream: a burst of lost responses in a row, so retries of retries are lost too.
         run.wait_acked(RECORDS // 3)
         dropped_before = proxy.stats().responses_dropped[ApiKey.PRODUCE]
@@ -77,20 +78,16 @@ def test_lost_acks_and_cut_connections_write_each_record_once(
     assert dropped >= 4 + 2, stats  # the burst and some random ones
     assert stats.connections_cut > dropped, stats
 
-    log = read_log(broker.bootstrap, topic, PARTITIONS)
+    log = read_log(broker.bootstrap, [topic], PARTITIONS)
     report = check_exactly_once(records, outcome, log)
     assert not report.problems(), {k: summary(v) for k, v in report.problems().items()}
     assert sum(len(v) for v in log.values()) == RECORDS
 
     # Lost acks mean retries the broker recognised: each was answered, nothing appended.
-    assert broker.log_text().count("duplicate batch partition=" + topic) >= 1
+    duplicates = [d for start in broker_starts(broker.log_text()) for d in start.duplicates]
+    assert any(d.partition.startswith(topic) for d in duplicates)
 
     # DescribeProducers: every partition knows the producer and its last sequence.
-    described = describe_producers(broker.bootstrap, topic, PARTITIONS)
-    for p, last in last_batches(log).items():
-        assert last, f"partition {p} has no idempotent batches"
-        views = {v.producer_id: v for v in described[p]}
-        for producer_id, record in last.items():
-            assert producer_id in views, (p, producer_id, described[p])
-            assert views[producer_id].producer_epoch == record.producer_epoch
-            assert views[producer_id].last_sequence == record.sequence
+    described = describe_producers(broker.bootstrap, log)
+    problems = check_described(log, described)
+    assert not problems, summary(problems)
