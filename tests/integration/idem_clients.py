@@ -10,11 +10,13 @@ exactly-once checks shared by the idempotence integration tests.
     assert not check_exactly_once(records, outcome, log).problems()
 
 Each record carries its global send index and its per-key sequence number (in the value
-and in headers) and is sent to an explicit topic and partition, so a read of the log can say exactly
-what is missing, duplicated or out of order. ``read_log`` fetches with raw Fetch requests on
-the broker's own port (the broker advertises the proxy, so a normal consumer would go
-through it) and decodes the batches itself, keeping each record's producer id, epoch and
-sequence. Nothing here fakes the broker: every call goes over TCP to a real ``oncelog serve``.
+and in headers) and is sent to an explicit topic and partition, so a read of the log can say
+exactly what is missing, duplicated or out of order. ``read_log`` fetches with raw Fetch
+requests on the broker's own port (the broker advertises the proxy, so a normal consumer
+would go through it) and decodes the batches itself, keeping each record's producer id,
+epoch and sequence. ``broker_starts`` reads what each start of the broker logged about
+producer state (snapshots loaded, log tail replayed, duplicates answered). Nothing here
+fakes the broker: every call goes over TCP to a real ``oncelog serve``.
 """
 
 from __future__ import annotations
