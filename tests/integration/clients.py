@@ -261,6 +261,11 @@ class KafkaPythonClient:
             except Exception:
                 if stop is None:
                     raise
+                # close() raises when its flush times out (the broker was killed) and then
+                # leaves the sender thread running, which would append the batches it still
+                # holds once the broker is back. Stop it for good.
+                producer._sender.force_close()
+                producer._sender.join(10)
         for sent, fut in futures:
             if fut.succeeded():
                 meta = fut.value
