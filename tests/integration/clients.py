@@ -377,9 +377,14 @@ class AioKafkaClient:
                 for sent in records:
                     if stop and stop.is_set():
                         break
-                    fut = await producer.send(
-                        topic, key=sent.key, value=sent.value, headers=list(sent.headers)
-                    )
+                    try:
+                        fut = await producer.send(
+                            topic, key=sent.key, value=sent.value, headers=list(sent.headers)
+                        )
+                    except Exception:
+                        if stop is None:
+                            raise
+                        break  # the broker was killed under us: keep what was acknowledged
                     pending.append((sent, fut))
                     if on_ack is not None:
 

@@ -98,12 +98,15 @@ def test_kill_9_while_producing_keeps_acknowledged(broker, client_name: str) -> 
         "kafka-python": {"retries": 0, "request_timeout_ms": 5000, "max_block_ms": 5000},
         "aiokafka": {"request_timeout_ms": 5000},
     }[client_name]
-    thread = threading.Thread(
-        target=lambda: result.append(
-            client.produce(topic, records, extra=extra, stop=stop, on_ack=on_ack)
-        ),
-        daemon=True,
-    )
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(client.produce(topic, records, extra=extra, stop=stop, on_ack=on_ack))
+        except BaseException as exc:  # reported below with its traceback
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     assert enough.wait(120), "producer made no progress"
     broker.kill()
@@ -111,6 +114,8 @@ def test_kill_9_while_producing_keeps_acknowledged(broker, client_name: str) -> 
     stop.set()
     thread.join(90)
     assert not thread.is_alive()
+    if failures:
+        raise failures[0]
     acked = result[0]
     assert len(acked) >= 3000
 
