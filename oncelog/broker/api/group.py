@@ -174,9 +174,11 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 # OffsetCommit, OffsetFetch
 
 
-@handles(versions.OFFSET_COMMIT, 2, 9)
-async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(versions.OFFSET_COMMIT, ctx.api_version)
+def _requested_offsets(
+    request: Any,
+) -> tuple[dict[TopicPartition, tuple[int, int, str | None]], list[TopicPartition]]:
+    """The (offset, leader epoch, metadata) per partition of an OffsetCommit or
+    TxnOffsetCommit request, and the partitions in request order."""
     offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
     order: list[TopicPartition] = []
     for topic in request.topics:
@@ -188,6 +190,13 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                 int(getattr(p, "committed_leader_epoch", -1)),
                 p.committed_metadata,
             )
+    return offsets, order
+
+
+@handles(versions.OFFSET_COMMIT, 2, 9)
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.OFFSET_COMMIT, ctx.api_version)
+    offsets, order = _requested_offsets(request)
     errors = ctx.broker.groups.commit_offsets(
         group_id=request.group_id,
         generation_id=int(request.generation_id_or_member_epoch),
@@ -249,17 +258,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     transactions v2, adds it instead), then lets the group coordinator check the group
     (KIP-447: generation, member and instance, sent from v3) and append."""
     mod = response_module(versions.TXN_OFFSET_COMMIT, ctx.api_version)
-    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
-    order: list[TopicPartition] = []
-    for topic in request.topics:
-        for p in topic.partitions:
-            tp = (topic.name, int(p.partition_index))
-            order.append(tp)
-            offsets[tp] = (
-                int(p.committed_offset),
-                int(getattr(p, "committed_leader_epoch", -1)),
-                p.committed_metadata,
-            )
+    offsets, order = _requested_offsets(request)
     groups = ctx.broker.groups
     errors: dict[TopicPartition, ErrorCode]
     if not request.group_id:
