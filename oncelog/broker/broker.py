@@ -26,6 +26,7 @@ from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
+from oncelog.storage.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class Broker:
         if "cluster.id" not in values:
             values["cluster.id"] = uuid.uuid4().hex[:22]
             values["node.id"] = str(self.node_id)
-            path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+            atomic_write(path, "".join(f"{k}={v}\n" for k, v in values.items()).encode())
         self.cluster_id = values["cluster.id"]
 
     def _start_storage(self) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import shutil
 import uuid
@@ -22,6 +21,7 @@ from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.batch import BatchHeader
+from oncelog.storage.files import atomic_write
 from oncelog.storage.log import AppendResult
 from oncelog.storage.unified_log import UnifiedLog
 
@@ -158,17 +158,7 @@ class PartitionRegistry:
             ]
         }
         path = self.data_dir / CATALOG_FILE
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(payload, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(self.data_dir, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(path, json.dumps(payload, indent=1).encode())
 
     def _open_partition(self, topic: str, index: int, log_config: LogConfig) -> Partition:
         directory = self.data_dir / f"{topic}-{index}"

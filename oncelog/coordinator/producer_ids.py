@@ -15,10 +15,11 @@ The only I/O is that file write, once per ``block_size`` ids.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import crc32c
+
+from oncelog.storage.files import atomic_write, tmp_path
 
 logger = logging.getLogger(__name__)
 
@@ -61,13 +62,10 @@ class ProducerIdManager:
         self.block_size = block_size
         self._next = self._read()  # the next id to hand out
         self._block_end = self._next  # nothing reserved yet: the first call reserves a block
-        tmp = self._tmp_path()
+        tmp = tmp_path(self.path)
         if tmp.exists():
             # A crash during a write: the rename never happened, the old file stands.
             tmp.unlink()
-
-    def _tmp_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".tmp")
 
     def _read(self) -> int:
         try:
@@ -78,17 +76,7 @@ class ProducerIdManager:
 
     def _write(self, next_block_start: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._tmp_path()
-        with open(tmp, "wb") as f:
-            f.write(_encode(next_block_start))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        atomic_write(self.path, _encode(next_block_start))
 
     def next_id(self) -> int:
         """A producer id never handed out before by this broker."""

@@ -19,16 +19,15 @@ means every segment and index on disk is complete, so recovery can skip the CRC 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from oncelog.storage.files import atomic_write, fsync_directory, tmp_path
 
 __all__ = [
     "CHECKPOINT_FILE",
     "CLEAN_SHUTDOWN_FILE",
     "LogCheckpoint",
-    "atomic_write",
-    "fsync_directory",
     "read_checkpoint",
     "remove_clean_shutdown",
     "write_checkpoint",
@@ -39,7 +38,6 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "log.checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
-_TMP_SUFFIX = ".tmp"
 _VERSION = 0
 
 
@@ -51,29 +49,6 @@ class LogCheckpoint:
     def __post_init__(self) -> None:
         if self.recovery_point < 0 or self.log_start_offset < 0:
             raise ValueError(f"negative offset in {self}")
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
 
 
 def write_checkpoint(directory: Path, checkpoint: LogCheckpoint) -> None:
@@ -88,7 +63,7 @@ def write_checkpoint(directory: Path, checkpoint: LogCheckpoint) -> None:
 def read_checkpoint(directory: Path) -> LogCheckpoint | None:
     """The checkpoint, or None when it is missing or unreadable (logged)."""
     path = directory / CHECKPOINT_FILE
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
+    tmp = tmp_path(path)
     if tmp.exists():  # a write that never reached its rename
         tmp.unlink()
     try:

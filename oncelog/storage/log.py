@@ -62,12 +62,12 @@ from oncelog.records.codec import decode_batch
 from oncelog.records.validate import assign_offsets
 from oncelog.storage.checkpoint import (
     LogCheckpoint,
-    fsync_directory,
     read_checkpoint,
     remove_clean_shutdown,
     write_checkpoint,
     write_clean_shutdown,
 )
+from oncelog.storage.files import fsync_directory
 from oncelog.storage.segment import (
     INT32_MAX,
     LOG_SUFFIX,

@@ -35,11 +35,12 @@ from pathlib import Path
 import crc32c
 
 from oncelog.storage import producer_state as ps
+from oncelog.storage.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".snapshot"
-TEMP_SUFFIX = ".snapshot.tmp"
+TEMP_SUFFIX = ".snapshot.tmp"  # what atomic_write stages a snapshot as
 VERSION = 1
 
 _PREFIX = struct.Struct(">hI")
@@ -133,14 +134,6 @@ def decode(data: bytes) -> tuple[int, list[ps.ProducerStateEntry]]:
     return offset, entries
 
 
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_snapshot(directory: Path, offset: int, entries: Iterable[ps.ProducerStateEntry]) -> Path:
     """Write atomically the snapshot covering the log below ``offset``; returns its path."""
     return write_encoded(directory, offset, encode(offset, entries))
@@ -150,13 +143,7 @@ def write_encoded(directory: Path, offset: int, data: bytes) -> Path:
     """Write already encoded snapshot bytes atomically (temporary file, fsync, rename, fsync
     of the directory). Safe to run in a worker thread: it touches no shared state."""
     path = snapshot_path(directory, offset)
-    tmp = directory / f"{offset:020d}{TEMP_SUFFIX}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_directory(directory)
+    atomic_write(path, data)
     logger.debug("wrote producer snapshot path=%s bytes=%d", path, len(data))
     return path
 

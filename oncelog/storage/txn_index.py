@@ -10,11 +10,12 @@ range they return, so that consumers can drop those records.
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
+
+from oncelog.storage.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +77,7 @@ class AbortedTxnIndex:
 
     def _rewrite(self, base: int, entries: list[AbortedTxn]) -> None:
         path = index_path(self._directory, base)
-        tmp = path.with_suffix(".txnindex.tmp")
-        with open(tmp, "wb") as f:
-            f.write(b"".join(_pack(e) for e in entries))
-        os.replace(tmp, path)
+        atomic_write(path, b"".join(_pack(e) for e in entries))
 
     def add(self, segment_base: int, entry: AbortedTxn) -> None:
         if any(

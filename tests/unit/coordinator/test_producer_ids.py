@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.coordinator import producer_ids
 from oncelog.coordinator.producer_ids import ProducerIdFileError, ProducerIdManager
+from oncelog.storage import files
 
 
 def test_ids_are_sequential_from_zero(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_failed_write_hands_out_nothing(tmp_path: Path, monkeypatch: pytest.Monk
 
     for _ in range(4):
         m.next_id()
-    monkeypatch.setattr(producer_ids.os, "replace", broken)
+    monkeypatch.setattr(files.os, "replace", broken)
     with pytest.raises(OSError):
         m.next_id()
     monkeypatch.undo()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.storage import checkpoint as checkpoint_module
+from oncelog.storage import files
 from oncelog.storage.checkpoint import (
     CHECKPOINT_FILE,
     CLEAN_SHUTDOWN_FILE,
@@ -299,7 +299,7 @@ def test_checkpoint_is_written_atomically(
     def crash(src: object, dst: object) -> None:
         raise OSError("power cut before rename")
 
-    monkeypatch.setattr(checkpoint_module.os, "replace", crash)
+    monkeypatch.setattr(files.os, "replace", crash)
     with pytest.raises(OSError):
         write_checkpoint(tmp_path, LogCheckpoint(99, 50))
     monkeypatch.undo()
