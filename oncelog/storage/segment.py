@@ -5,7 +5,7 @@ Files, named by the segment's base offset zero-padded to 20 digits (Kafka's layo
     00000000000000001234.log        record batches (RecordBatch v2) back to back
     00000000000000001234.index      relative last offset -> batch position (see ``index``)
     00000000000000001234.timeindex  largest timestamp so far -> relative offset
-    00000000000000001234.txnindex   aborted transactions (planned, see below)
+    00000000000000001234.txnindex   aborted transactions whose ABORT marker is here
 
 The ``.log`` fd stays open for the segment's life; reads use ``os.pread`` and writes
 ``os.pwrite`` at the segment's tracked size, so the file position never matters and a failed
@@ -15,12 +15,10 @@ Hot paths work on batch headers only: ``find_batch`` bisects the offset index an
 headers (one ``pread`` of a chunk, ``struct.unpack_from`` per batch); no record is decoded
 except by the timestamp lookups, which decode exactly one batch.
 
-Aborted-transaction index (planned, another issue): a ``.txnindex`` file per segment with
-Kafka's 34-byte entries (version int16, producerId int64, firstOffset int64, lastOffset int64,
-lastStableOffset int64), appended when an ABORT marker is written. It plugs in here as one more
-sidecar object next to ``offset_index``/``time_index``: created/loaded in ``open``, truncated in
-``truncate_to``/``recover`` (entries with lastOffset >= the cut), fsynced in ``flush``, closed
-in ``seal``/``close``; ``SUFFIXES`` already lists the file so deletion removes it.
+The aborted-transaction index (``txn_index``, see ``txn_index``) is the third sidecar: the
+UnifiedLog appends to it after an ABORT marker, and the segment fsyncs it in ``flush``,
+truncates it in ``truncate_to``, closes it with the segment and deletes it in ``delete``. It is
+loaded by ``load_txn_index`` once ``next_offset`` is known (after ``recover`` if there is one).
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from crc32c import crc32c
 
 from oncelog.records.batch import ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from oncelog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from oncelog.storage.txn_index import AbortedTxn, TransactionIndex
 
 __all__ = [
     "SUFFIXES",
@@ -117,6 +116,7 @@ class LogSegment:
         self.bytes_since_index_entry = 0
         self.unflushed = False
         self.walk_chunk = 8192  # bytes per pread when walking headers
+        self.txn_index = TransactionIndex(self.path(TXN_INDEX_SUFFIX), base_offset)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -246,16 +246,38 @@ class LogSegment:
         self.time_index.close()
 
     def flush(self) -> None:
-        """fsync the log and both indexes."""
+        """fsync the log and the three indexes."""
         os.fsync(self.fd)
         self.offset_index.fsync()
         self.time_index.fsync()
+        self.txn_index.fsync()
         self.unflushed = False
+
+    def load_txn_index(self) -> bool:
+        """Load ``.txnindex`` against ``next_offset``. False when the file cannot be
+        trusted: it is logged (by name), left on disk and the in-memory index is empty; the
+        caller rebuilds it from the log and then ``truncate_txn_index``es it."""
+        try:
+            self.txn_index = TransactionIndex.load(
+                self.path(TXN_INDEX_SUFFIX), self.base_offset, self.next_offset
+            )
+        except (CorruptIndexError, OSError) as exc:
+            logger.warning("%s: %s; rebuilding the transaction index from the log",
+                           self.directory, exc)
+            self.txn_index = TransactionIndex(self.path(TXN_INDEX_SUFFIX), self.base_offset)
+            self.txn_index.mark_untrusted()
+            return False
+        return True
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        self.txn_index.append(entry)
+        self.unflushed = True
 
     def close(self) -> None:
         try:
             self.offset_index.close()
             self.time_index.close()
+            self.txn_index.close()
         finally:
             if self.fd >= 0:
                 os.close(self.fd)
@@ -265,6 +287,7 @@ class LogSegment:
         """Close every fd without writing anything (the files are about to go)."""
         self.offset_index.discard()
         self.time_index.discard()
+        self.txn_index.close()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -538,6 +561,7 @@ class LogSegment:
         os.ftruncate(self.fd, cut)
         self.offset_index.truncate_to_position(cut)
         self.time_index.truncate_to_offset(base - self.base_offset)
+        self.txn_index.truncate_from(base)
         self.size = cut
         self.next_offset = base
         # Largest timestamp of what is left: the last kept time entry covers everything up to
