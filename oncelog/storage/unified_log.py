@@ -271,11 +271,25 @@ class UnifiedLog:
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
         return self.log.aborted_txns(start_offset, upper_offset)
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        return self.log.offset_for_timestamp(timestamp_ms)
+    def offset_for_timestamp(
+        self, timestamp_ms: int, *, read_committed: bool = False
+    ) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp_ms``,
+        or None -- also when that offset is not fetchable yet (at or above the LSO under
+        read_committed, the high watermark otherwise), as Kafka answers -1 then."""
+        return self._fetchable(self.log.offset_for_timestamp(timestamp_ms), read_committed)
 
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        return self.log.max_timestamp_offset()
+    def max_timestamp_offset(self, *, read_committed: bool = False) -> tuple[int, int] | None:
+        """The record with the largest timestamp, None when there is none or it is not
+        fetchable yet (as ``offset_for_timestamp``)."""
+        return self._fetchable(self.log.max_timestamp_offset(), read_committed)
+
+    def _fetchable(
+        self, found: tuple[int, int] | None, read_committed: bool
+    ) -> tuple[int, int] | None:
+        if found is None or found[0] >= self.last_fetchable_offset(read_committed):
+            return None
+        return found
 
     # -- maintenance ------------------------------------------------------------------------
     @property
