@@ -178,8 +178,9 @@ class LogSegment:
         try:
             offset_index = OffsetIndex.load(index_path)
             time_index = TimeIndex.load(time_path)
-        except CorruptIndexError as exc:
-            logger.warning("%s: %s; rebuilding the indexes", directory, exc)
+        except (CorruptIndexError, OSError) as exc:
+            logger.warning("%s: %s; rebuilding %s and %s from the log", directory, exc,
+                           index_path.name, time_path.name)
             segment = cls(
                 directory, base_offset, fd, size, OffsetIndex(index_path),
                 TimeIndex(time_path), created_ms,
@@ -187,14 +188,35 @@ class LogSegment:
             return segment, False
         segment = cls(directory, base_offset, fd, size, offset_index, time_index, created_ms)
         try:
+            segment._check_indexes()
             segment._load_tail()
-        except (CorruptIndexError, CorruptSegmentError) as exc:
-            logger.warning("%s: segment %d: %s; rebuilding the indexes", directory,
-                           base_offset, exc)
+        except (CorruptIndexError, CorruptSegmentError, OSError) as exc:
+            # Whatever the bytes of a damaged index are, the log is the truth: rebuild.
+            logger.warning("%s: %s/%s: %s; rebuilding both from the log", directory,
+                           index_path.name, time_path.name, exc)
             segment.offset_index.reset()
             segment.time_index.reset()
             return segment, False
         return segment, True
+
+    def _check_indexes(self) -> None:
+        """Reject index contents that no append could have written (zero-filled or garbage
+        tails after a power loss, random bytes): the entries must be sorted and inside the
+        segment. Raises CorruptIndexError naming the file."""
+        index = self.offset_index
+        offsets, positions = index.offsets, index.positions
+        if offsets and (offsets[0] < 0 or positions[0] < 0 or positions[-1] >= self.size):
+            raise CorruptIndexError(f"{index.path.name}: entries outside the segment")
+        for i in range(1, len(offsets)):
+            if offsets[i] <= offsets[i - 1] or positions[i] <= positions[i - 1]:
+                raise CorruptIndexError(f"{index.path.name}: entry {i} is out of order")
+        times = self.time_index
+        timestamps, relative = times.timestamps, times.offsets
+        if relative and (relative[0] < 0 or timestamps[0] < 0):
+            raise CorruptIndexError(f"{times.path.name}: negative first entry")
+        for i in range(1, len(relative)):
+            if timestamps[i] <= timestamps[i - 1] or relative[i] < relative[i - 1]:
+                raise CorruptIndexError(f"{times.path.name}: entry {i} is out of order")
 
     def _load_tail(self) -> None:
         """Check the loaded indexes against the log and learn the tail state from them."""
@@ -203,11 +225,15 @@ class LogSegment:
         last = index.last()
         if last is not None:
             rel, position = last
-            if index.offsets[0] < 0 or position >= self.size:
-                raise CorruptIndexError(f"index entry ({rel}, {position}) is past the log end")
+            if index.offsets[0] < 0 or not 0 <= position < self.size:
+                raise CorruptIndexError(
+                    f"{index.path.name}: entry ({rel}, {position}) is past the log end"
+                )
             prefix = self._read_prefix(position)
             if prefix is None or prefix[0] + prefix[6] != self.base_offset + rel:
-                raise CorruptIndexError(f"index entry ({rel}, {position}) does not match the log")
+                raise CorruptIndexError(
+                    f"{index.path.name}: entry ({rel}, {position}) does not match the log"
+                )
             start = position
         time_last = self.time_index.last()
         if time_last is not None:
@@ -224,10 +250,23 @@ class LogSegment:
         if end != self.size and self.size > 0:
             raise CorruptSegmentError(f"last batch ends at byte {end}, file has {self.size}")
         if time_last is not None and self.base_offset + time_last[1] >= next_offset:
-            raise CorruptIndexError("time index points past the last offset")
+            raise CorruptIndexError(f"{self.time_index.path.name} points past the last offset")
         if next_offset == self.base_offset and self.size > 0 and last is None:
             raise CorruptSegmentError("no batch found in a non-empty segment")
         self.next_offset = next_offset
+        if time_last is not None:
+            # Every time entry is (max timestamp, last offset) of one batch: check the last
+            # one, which is what a torn or zero-filled tail would have written.
+            found = self.find_batch(self.base_offset + time_last[1])
+            prefix = None if found is None else self._read_prefix(found[0])
+            if (
+                prefix is None
+                or prefix[0] + prefix[6] != self.base_offset + time_last[1]
+                or prefix[8] != time_last[0]
+            ):
+                raise CorruptIndexError(
+                    f"{self.time_index.path.name}: last entry {time_last} does not match the log"
+                )
         self.bytes_since_index_entry = self.size - start
         first = self._read_prefix(0)
         self.rolling_timestamp = first[8] if first is not None else -1
