@@ -66,3 +66,12 @@ class RawConnection:
             pos += 1  # empty tagged fields
         value, _ = entity_reader(response_cls)(frame, pos)
         return value
+
+
+def request_once(bootstrap: str, request: Any) -> Any:
+    """Open a connection, send one request, return its decoded response, close."""
+    conn = RawConnection(bootstrap)
+    try:
+        return conn.request(request)
+    finally:
+        conn.close()

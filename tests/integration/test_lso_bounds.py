@@ -21,7 +21,7 @@ from kio.schema.list_offsets.v5.request import (
     ListOffsetsTopic,
 )
 from kio.static.primitive import i8, i32, i64
-from rawkafka import RawConnection
+from rawkafka import request_once
 
 pytestmark = pytest.mark.integration
 
@@ -37,55 +37,49 @@ def create_topic(bootstrap: str, name: str, config: dict[str, str]) -> None:
 
 
 def list_offset(bootstrap: str, topic: str, timestamp: int, isolation: int) -> tuple[Any, ...]:
-    conn = RawConnection(bootstrap)
-    try:
-        resp = conn.request(
-            ListOffsetsRequest(
-                replica_id=i32(-1),  # type: ignore[arg-type]
-                isolation_level=i8(isolation),
-                topics=(
-                    ListOffsetsTopic(
-                        name=topic,  # type: ignore[arg-type]
-                        partitions=(
-                            ListOffsetsPartition(partition_index=i32(0), timestamp=i64(timestamp)),
-                        ),
+    resp = request_once(
+        bootstrap,
+        ListOffsetsRequest(
+            replica_id=i32(-1),  # type: ignore[arg-type]
+            isolation_level=i8(isolation),
+            topics=(
+                ListOffsetsTopic(
+                    name=topic,  # type: ignore[arg-type]
+                    partitions=(
+                        ListOffsetsPartition(partition_index=i32(0), timestamp=i64(timestamp)),
                     ),
                 ),
-            )
-        )
-        part = resp.topics[0].partitions[0]
-        return part.error_code, int(part.offset)
-    finally:
-        conn.close()
+            ),
+        ),
+    )
+    part = resp.topics[0].partitions[0]
+    return part.error_code, int(part.offset)
 
 
 def fetch_committed(bootstrap: str, topic: str, offset: int) -> Any:
-    conn = RawConnection(bootstrap)
-    try:
-        resp = conn.request(
-            FetchRequest(
-                max_wait=datetime.timedelta(milliseconds=0),
-                min_bytes=i32(0),
-                isolation_level=i8(READ_COMMITTED),
-                forgotten_topics_data=(),
-                rack_id="",
-                topics=(
-                    FetchTopic(
-                        topic=topic,  # type: ignore[arg-type]
-                        partitions=(
-                            FetchPartition(
-                                partition=i32(0),
-                                fetch_offset=i64(offset),
-                                partition_max_bytes=i32(1 << 20),
-                            ),
+    resp = request_once(
+        bootstrap,
+        FetchRequest(
+            max_wait=datetime.timedelta(milliseconds=0),
+            min_bytes=i32(0),
+            isolation_level=i8(READ_COMMITTED),
+            forgotten_topics_data=(),
+            rack_id="",
+            topics=(
+                FetchTopic(
+                    topic=topic,  # type: ignore[arg-type]
+                    partitions=(
+                        FetchPartition(
+                            partition=i32(0),
+                            fetch_offset=i64(offset),
+                            partition_max_bytes=i32(1 << 20),
                         ),
                     ),
                 ),
-            )
-        )
-        return resp.responses[0].partitions[0]
-    finally:
-        conn.close()
+            ),
+        ),
+    )
+    return resp.responses[0].partitions[0]
 
 
 def wait_for(what: str, check: Any, seconds: float = 30.0) -> Any:
@@ -142,22 +136,25 @@ def test_lso_is_not_below_log_start_after_retention(broker_factory: Any) -> None
         if part is not None:
             stats.append(part)
 
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"g-{uuid.uuid4().hex[:8]}",
-        "isolation.level": "read_committed",
-        "auto.offset.reset": "latest",
-        "enable.auto.commit": False,
-        "statistics.interval.ms": 100,
-        "stats_cb": on_stats,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "latest",
+            "enable.auto.commit": False,
+            "statistics.interval.ms": 100,
+            "stats_cb": on_stats,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, 0)])
 
         def fetching() -> dict[str, Any] | None:
             consumer.poll(0.1)
             active = [
-                p for p in stats
+                p
+                for p in stats
                 if p["fetch_state"] == "active" and p["next_offset"] >= 0 and p["ls_offset"] >= 0
             ]
             return active[-1] if active else None
