@@ -300,6 +300,47 @@ def test_verify_only_answers_membership(tmp_path: Path) -> None:
     run(env, body)
 
 
+def test_verification_needs_exactly_the_current_epoch(tmp_path: Path) -> None:
+    # Kafka's handleVerifyPartitionsInTransaction: any epoch but the current one is fenced,
+    # a newer one too (a batch at epoch+1 would hold an open transaction that the marker,
+    # at the current epoch, could never end).
+    env = make_env(tmp_path)
+
+    async def body() -> None:
+        pid, epoch = await begin(env, [A0])
+        verify = env.coord.verify_partitions
+        assert verify(TXN, pid, epoch, [A0, A1]) == {A0: E.none, A1: E.transaction_abortable}
+        assert verify(TXN, pid, epoch + 1, [A0]) == {A0: E.producer_fenced}
+        assert verify(TXN, pid, epoch - 1, [A0]) == {A0: E.producer_fenced}
+        assert verify(TXN, pid + 1, epoch, [A0]) == {A0: E.invalid_producer_id_mapping}
+        assert verify("nobody", pid, epoch, [A0]) == {A0: E.invalid_producer_id_mapping}
+
+    run(env, body)
+
+
+def test_verification_after_keep_prepared_fences_the_old_instance(tmp_path: Path) -> None:
+    env = make_env(tmp_path, **{"transaction.two.phase.commit.enable": "true"})
+
+    async def body() -> None:
+        init = await env.coord.handle_init_producer_id(TXN, 0, enable_2pc=True)
+        pid = init.producer_id
+        await env.coord.handle_add_partitions(TXN, pid, 0, [A0])
+        kept = await env.coord.handle_init_producer_id(
+            TXN, 0, enable_2pc=True, keep_prepared=True
+        )
+        assert (kept.producer_epoch, kept.ongoing_txn_producer_epoch) == (1, 0)
+        # The zombie still writes at the transaction's data epoch 0: fenced, on produce and
+        # on TxnOffsetCommit (v0-4 verify, v5 adds).
+        assert env.coord.verify_partitions(TXN, pid, 0, [A0]) == {A0: E.producer_fenced}
+        assert await env.coord.handle_add_partitions(TXN, pid, 0, [A0], verify_only=True) == {
+            A0: E.producer_fenced
+        }
+        # The new owner may only end the kept transaction, not write into it.
+        assert env.coord.verify_partitions(TXN, pid, 1, [A0]) == {A0: E.invalid_txn_state}
+
+    run(env, body)
+
+
 def test_add_offsets_adds_the_groups_offsets_partition(tmp_path: Path) -> None:
     env = make_env(tmp_path, **{"offsets.topic.num.partitions": "7"})
 
