@@ -508,6 +508,28 @@ def test_markers_are_retried_until_every_partition_has_one(tmp_path: Path) -> No
     assert env.coord.statistics().marker_retries == 4
 
 
+def test_a_marker_refused_for_its_epoch_is_retried_not_counted(tmp_path: Path) -> None:
+    # A partition answering INVALID_PRODUCER_EPOCH may still hold the producer's open
+    # transaction (the broker's writer answers NONE when it holds nothing): counting it as
+    # marked would complete the transaction with that partition's LSO stuck for good.
+    env = make_env(tmp_path)
+    env.markers.plan[A0] = [E.invalid_producer_epoch, E.producer_fenced]
+
+    async def body() -> None:
+        pid, epoch = await begin(env)
+        assert (await env.coord.handle_end_txn(TXN, pid, epoch, True)).error is E.none
+        md = env.coord.get(TXN)
+        assert md is not None
+        await env.advance(1)
+        assert md.state is S.PREPARE_COMMIT and md.partitions == {A0}
+        for _ in range(10):
+            await env.advance(1000)
+        assert md.state is S.COMPLETE_COMMIT
+
+    run(env, body)
+    assert sorted(env.markers.written) == [(A0, True, 0, 0), (B0, True, 0, 0)]
+
+
 def test_a_fenced_coordinator_stops_sending_markers(tmp_path: Path) -> None:
     env = make_env(tmp_path)
     env.markers.plan[A0] = [E.transaction_coordinator_fenced]
