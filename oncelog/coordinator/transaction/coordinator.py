@@ -275,6 +275,12 @@ class TransactionCoordinator:
         except KafkaError as exc:
             logger.info("InitProducerId for %r refused: %s", transactional_id, exc)
             return InitProducerIdResult(exc.code)
+        except IllegalStateTransition as exc:
+            # E.g. a bump of an exhausted epoch that does not match (Kafka's
+            # prepareIncrementProducerEpoch throws, and the request is answered
+            # UNKNOWN_SERVER_ERROR): an answer, never a closed connection.
+            logger.warning("InitProducerId for %r impossible: %s", transactional_id, exc)
+            return InitProducerIdResult(ErrorCode.unknown_server_error)
 
         if decision is None:
             # An open transaction: abort it with a bumped epoch (fencing the old instance)
@@ -353,7 +359,12 @@ class TransactionCoordinator:
         raise IllegalStateTransition(f"{md.transactional_id} found in {state.wire_name}")
 
     def _fence_and_abort(self, md: TransactionMetadata, now: int, reason: str) -> ErrorCode:
-        transit = md.prepare_fence_abort(now)
+        try:
+            transit = md.prepare_fence_abort(now)
+        except IllegalStateTransition as exc:
+            # An epoch of Short.MAX_VALUE cannot be fenced (Kafka throws too).
+            logger.error("cannot abort %r for %s: %s", md.transactional_id, reason, exc)
+            return ErrorCode.unknown_server_error
         code = self._apply(md, transit)
         if code is ErrorCode.none:
             logger.info(

@@ -124,6 +124,38 @@ def test_epoch_overflow_gives_a_new_producer_id(tmp_path: Path) -> None:
     run(env, body)
 
 
+def test_init_with_an_exhausted_epoch_answers_an_error(tmp_path: Path) -> None:
+    # Kafka's prepareIncrementProducerEpoch throws on an exhausted epoch when the expected
+    # epoch does not allow a new producer id; the request gets UNKNOWN_SERVER_ERROR. The
+    # same for an ongoing transaction at Short.MAX_VALUE, which cannot be fenced.
+    env = make_env(tmp_path, load=False)
+    seed(env, TxnTransitMetadata(
+        state=S.COMPLETE_COMMIT, producer_id=7, producer_epoch=MAX_PRODUCER_EPOCH,
+        txn_timeout_ms=TIMEOUT_MS, txn_start_timestamp=1, txn_last_update_timestamp=2,
+    ))
+    seed(env, TxnTransitMetadata(
+        state=S.ONGOING, producer_id=8, producer_epoch=MAX_PRODUCER_EPOCH,
+        txn_timeout_ms=TIMEOUT_MS, partitions=frozenset({A0}), txn_start_timestamp=1,
+        txn_last_update_timestamp=2,
+    ), "txn-max")
+    env.coord.load()
+
+    async def body() -> None:
+        stale = await env.coord.handle_init_producer_id(
+            TXN, TIMEOUT_MS, producer_id=7, producer_epoch=3
+        )
+        assert stale.error is E.unknown_server_error
+        ongoing = await env.coord.handle_init_producer_id("txn-max", TIMEOUT_MS)
+        assert ongoing.error is E.unknown_server_error
+        md = env.coord.get("txn-max")
+        assert md is not None and md.state is S.ONGOING and not md.pending_transition
+        # The usual way out still works: no expected epoch gives a new producer id.
+        fresh = await env.coord.handle_init_producer_id(TXN, TIMEOUT_MS)
+        assert fresh.error is E.none and fresh.producer_id != 7
+
+    run(env, body)
+
+
 def test_kip360_epoch_checks(tmp_path: Path) -> None:
     env = make_env(tmp_path)
 
