@@ -26,17 +26,12 @@ from kio.schema.list_offsets.v5.request import (
     ListOffsetsTopic,
 )
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
-from kio.schema.produce.v8.request import (
-    PartitionProduceData,
-    ProduceRequest,
-    TopicProduceData,
-)
 from kio.schema.txn_offset_commit.v3.request import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,
 )
-from rawkafka import RawConnection
+from rawkafka import RawConnection, produce
 
 from oncelog.records.codec import RecordInput, encode_batch
 
@@ -82,22 +77,6 @@ def records(
         [RecordInput(key=b"k", value=f"{tag}{i}".encode()) for i in range(n)],
         producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=txn,
     )
-
-
-def produce(conn: RawConnection, topic: str, data: bytes, txn_id: str | None = None) -> Any:
-    resp = conn.request(
-        ProduceRequest(
-            transactional_id=txn_id,
-            acks=-1,
-            timeout=datetime.timedelta(seconds=5),
-            topic_data=(
-                TopicProduceData(
-                    name=topic, partition_data=(PartitionProduceData(index=0, records=data),)
-                ),
-            ),
-        )
-    )
-    return resp.responses[0].partition_responses[0]
 
 
 def init(conn: RawConnection, txn_id: str, **kwargs: Any) -> tuple[int, int]:
