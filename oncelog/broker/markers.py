@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from oncelog.broker.partitions import OFFSETS_TOPIC, PartitionRegistry
+from oncelog.broker.partitions import OFFSETS_TOPIC, Partition, PartitionRegistry
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import crash_point
 
@@ -47,12 +47,23 @@ class LocalMarkerWriter:
                 if topic == OFFSETS_TOPIC:
                     self.groups.on_txn_marker(index, producer_id, commit, producer_epoch)
             except KafkaError as exc:
+                code = exc.code
+                if code is ErrorCode.invalid_producer_epoch and not _has_open_txn(
+                    partition, producer_id
+                ):
+                    # The partition knows a newer epoch and holds nothing of this producer
+                    # open: there is nothing for this marker to end (Kafka's coordinator
+                    # stops on this answer). With a transaction still open, the code stays
+                    # and the coordinator retries: that partition never counts as marked.
+                    code = ErrorCode.none
                 log.warning(
-                    "%s marker for producer %d epoch %d on %s-%d failed: %s",
+                    "%s marker for producer %d epoch %d on %s-%d refused: %s (%s)",
                     "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
                     topic, index, exc,
+                    "no open transaction there: done" if code is ErrorCode.none
+                    else "will be retried",
                 )
-                results[(topic, index)] = exc.code
+                results[(topic, index)] = code
                 continue
             log.debug(
                 "%s marker for producer %d epoch %d at %s-%d offset %d",
@@ -62,3 +73,8 @@ class LocalMarkerWriter:
             if len(partitions) > 1:
                 crash_point("markers.after_first")
         return results
+
+
+def _has_open_txn(partition: Partition, producer_id: int) -> bool:
+    entry = partition.log.producer_state.last_entry(producer_id)
+    return entry is not None and entry.current_txn_first_offset is not None

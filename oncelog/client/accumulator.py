@@ -163,10 +163,11 @@ class RecordAccumulator:
 
     def drain(self, tps: Iterable[TopicPartition], max_bytes: int) -> list[ProducerBatch]:
         """Pop the head batch of each partition in ``tps``, up to about ``max_bytes``
-        together (at least one batch is always returned if any is queued)."""
+        together (at least one batch is always returned if any is queued). Never two
+        batches of one partition: a Produce request (v3+) carries one batch per partition."""
         out: list[ProducerBatch] = []
         total = 0
-        for tp in tps:
+        for tp in dict.fromkeys(tps):
             queue = self._queues.get(tp)
             if not queue:
                 continue

@@ -213,15 +213,24 @@ class ProducerStateManager:
         self, headers: Iterable[BatchHeader], *, is_from_client: bool = True
     ) -> DuplicateBatch | None:
         """Validate all producer-id batches of one request, each against the state the
-        earlier ones would leave. As in Kafka, the first batch found to be a duplicate of an
-        appended one answers for the whole request (nothing is appended)."""
+        earlier ones would leave. A duplicate of an appended batch answers for the request
+        (nothing is appended) only when it is the request's only producer-id batch: a
+        duplicate beside other batches is refused with INVALID_RECORD, since answering the
+        duplicate's offsets would acknowledge the others without writing them (clients send
+        one batch per partition per request; Kafka refuses more from Produce v3 on)."""
+        checked = [h for h in headers if h.producer_id >= 0 and not h.is_control]
         pending: dict[int, _Pending] = {}
-        for header in headers:
-            if header.producer_id < 0 or header.is_control:
-                continue
+        for header in checked:
             entry = self._producers.get(header.producer_id)
             duplicate = self._check_slow(header, entry, pending, is_from_client)
             if duplicate is not None:
+                if len(checked) > 1:
+                    raise KafkaError(
+                        ErrorCode.invalid_record,
+                        f"partition {self.partition}: producer {header.producer_id} batch "
+                        f"{header.base_sequence}..{header.last_sequence} is a duplicate, "
+                        f"sent with {len(checked) - 1} other batches",
+                    )
                 return duplicate
         return None
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
 import struct
 from typing import Any
 
 from kio.index import load_response_schema
+from kio.schema.produce.v8.request import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
 from kio.serial import entity_reader, entity_writer
 
 
@@ -75,3 +81,22 @@ def request_once(bootstrap: str, request: Any) -> Any:
         return conn.request(request)
     finally:
         conn.close()
+
+
+def produce(
+    conn: RawConnection, topic: str, records: bytes, transactional_id: str | None = None
+) -> Any:
+    """One Produce v8 (acks=all) of ``records`` to partition 0; its partition response."""
+    resp = conn.request(
+        ProduceRequest(
+            transactional_id=transactional_id,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=5),
+            topic_data=(
+                TopicProduceData(
+                    name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
+                ),
+            ),
+        )
+    )
+    return resp.responses[0].partition_responses[0]

@@ -11,12 +11,8 @@ from kio.schema.api_versions.v3 import ApiVersionsRequest
 from kio.schema.create_topics.v5.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
-from kio.schema.produce.v8.request import (
-    PartitionProduceData,
-    ProduceRequest,
-    TopicProduceData,
-)
 from rawkafka import RawConnection
+from rawkafka import produce as raw_produce
 
 from oncelog.records.codec import RecordInput, encode_batch
 
@@ -37,20 +33,7 @@ def alive(bootstrap: str) -> bool:
 def produce(bootstrap: str, topic: str, records: bytes) -> ErrorCode:
     conn = RawConnection(bootstrap)
     try:
-        resp = conn.request(
-            ProduceRequest(
-                transactional_id=None,
-                acks=-1,
-                timeout=datetime.timedelta(seconds=5),
-                topic_data=(
-                    TopicProduceData(
-                        name=topic,
-                        partition_data=(PartitionProduceData(index=0, records=records),),
-                    ),
-                ),
-            )
-        )
-        return resp.responses[0].partition_responses[0].error_code
+        return raw_produce(conn, topic, records).error_code
     finally:
         conn.close()
 

@@ -10,7 +10,6 @@ import logging
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.coordinator.transaction.state import TransactionState
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
@@ -54,8 +53,16 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 headers = validate_batches(
                     buf, max_batch_bytes=partition.log.config.max_message_bytes
                 )
+                if len(headers) != 1:
+                    # Kafka's ProduceRequest.validateRecords, from v3 on. Several batches
+                    # would each need their own transaction check and duplicate answer.
+                    raise KafkaError(
+                        ErrorCode.invalid_record,
+                        f"{len(headers)} record batches for one partition; Produce v3+ "
+                        "allows exactly one",
+                    )
                 if headers[0].is_transactional:
-                    verify_transaction(ctx, request.transactional_id, name, pdata.index, headers)
+                    verify_transaction(ctx, request.transactional_id, name, pdata.index, headers[0])
                 result = partition.append(buf, headers, None)
                 base_offset = result.base_offset
                 append_time = result.log_append_time
@@ -93,30 +100,34 @@ def verify_transaction(
     transactional_id: str | None,
     topic: str,
     partition: int,
-    headers: list[BatchHeader],
+    header: BatchHeader,
 ) -> None:
-    """Transactional data must belong to an ongoing transaction that added this partition
-    (KIP-890 part 1): otherwise a late or zombie write could land outside any transaction."""
-    header = headers[0]
-    if any(h.producer_id != header.producer_id or not h.is_transactional for h in headers):
-        raise KafkaError(ErrorCode.invalid_record, "mixed batches in one transactional write")
-    txn = ctx.broker.transactions.get(transactional_id) if transactional_id else None
-    if txn is None or txn.producer_id != header.producer_id:
+    """Transactional data must belong to the ongoing transaction of exactly this producer id
+    and epoch, and that transaction must have added this partition (KIP-890 part 1):
+    otherwise a late or zombie write could land outside any transaction, or inside one its
+    writer no longer owns. The coordinator's answer is translated as Kafka's
+    AddPartitionsToTxnManager does for produce: PRODUCER_FENCED becomes
+    INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE becomes INVALID_TXN_STATE."""
+    if not transactional_id:
         raise KafkaError(
             ErrorCode.invalid_txn_state,
-            f"producer {header.producer_id} has no transaction {transactional_id!r}",
+            f"transactional batch of producer {header.producer_id} without a transactional id",
         )
-    if header.producer_epoch < txn.producer_epoch:
-        raise KafkaError(
-            ErrorCode.invalid_producer_epoch,
-            f"producer {header.producer_id} epoch {header.producer_epoch} is fenced "
-            f"(current {txn.producer_epoch})",
-        )
-    if txn.state is not TransactionState.ONGOING or (topic, partition) not in txn.partitions:
-        raise KafkaError(
-            ErrorCode.invalid_txn_state,
-            f"{topic}-{partition} is not part of an ongoing transaction of {transactional_id!r}",
-        )
+    tp = (topic, partition)
+    code = ctx.broker.transactions.verify_partitions(
+        transactional_id, header.producer_id, header.producer_epoch, [tp]
+    )[tp]
+    if code is ErrorCode.none:
+        return
+    if code is ErrorCode.producer_fenced:
+        code = ErrorCode.invalid_producer_epoch
+    elif code is ErrorCode.transaction_abortable:
+        code = ErrorCode.invalid_txn_state
+    raise KafkaError(
+        code,
+        f"{topic}-{partition}: producer {header.producer_id} epoch {header.producer_epoch} "
+        f"is not writing an ongoing transaction of {transactional_id!r} that holds it",
+    )
 
 
 def _timestamp(ms: int) -> Any:

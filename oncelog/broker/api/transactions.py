@@ -171,10 +171,22 @@ def _write_client_marker(
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
     producer_id, producer_epoch = int(marker.producer_id), int(marker.producer_epoch)
-    try:
-        offset = partition.append_marker(
-            producer_id, producer_epoch, int(marker.coordinator_epoch), False
+    coordinator_epoch = int(marker.coordinator_epoch)
+    current = _coordinator(ctx).coordinator_epoch
+    if coordinator_epoch > current:
+        # The partition remembers the highest coordinator epoch it saw and refuses markers
+        # below it (TRANSACTION_COORDINATOR_FENCED). A client's marker above the real
+        # coordinator's epoch would fence that coordinator there for good: its markers for
+        # every later transaction of the producer would be refused.
+        log.warning(
+            "client %s (%s): %s marker for producer %d on %s-%d refused: coordinator epoch "
+            "%d is above the transaction coordinator's %d",
+            ctx.client_id, ctx.client_host, what, producer_id, topic, index,
+            coordinator_epoch, current,
         )
+        return ErrorCode.invalid_request
+    try:
+        offset = partition.append_marker(producer_id, producer_epoch, coordinator_epoch, False)
         if topic == OFFSETS_TOPIC:
             ctx.broker.groups.on_txn_marker(index, producer_id, False, producer_epoch)
     except KafkaError as exc:
@@ -199,6 +211,9 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     here ABORT markers are written through the partition (and the group coordinator drops
     the producer's pending offsets on ``__consumer_offsets``), while COMMIT markers stay
     refused with CLUSTER_AUTHORIZATION_FAILED: only the coordinator decides a commit.
+    A coordinator epoch above the transaction coordinator's own is refused with
+    INVALID_REQUEST (Kafka would write it and so fence the real coordinator on that
+    partition); the epoch an admin tool reads from DescribeProducers is never above it.
     The coordinator's own markers are local calls (``oncelog.broker.markers``)."""
     mod = response_module(versions.WRITE_TXN_MARKERS, ctx.api_version)
     markers = []

@@ -275,6 +275,12 @@ class TransactionCoordinator:
         except KafkaError as exc:
             logger.info("InitProducerId for %r refused: %s", transactional_id, exc)
             return InitProducerIdResult(exc.code)
+        except IllegalStateTransition as exc:
+            # E.g. a bump of an exhausted epoch that does not match (Kafka's
+            # prepareIncrementProducerEpoch throws, and the request is answered
+            # UNKNOWN_SERVER_ERROR): an answer, never a closed connection.
+            logger.warning("InitProducerId for %r impossible: %s", transactional_id, exc)
+            return InitProducerIdResult(ErrorCode.unknown_server_error)
 
         if decision is None:
             # An open transaction: abort it with a bumped epoch (fencing the old instance)
@@ -353,7 +359,12 @@ class TransactionCoordinator:
         raise IllegalStateTransition(f"{md.transactional_id} found in {state.wire_name}")
 
     def _fence_and_abort(self, md: TransactionMetadata, now: int, reason: str) -> ErrorCode:
-        transit = md.prepare_fence_abort(now)
+        try:
+            transit = md.prepare_fence_abort(now)
+        except IllegalStateTransition as exc:
+            # An epoch of Short.MAX_VALUE cannot be fenced (Kafka throws too).
+            logger.error("cannot abort %r for %s: %s", md.transactional_id, reason, exc)
+            return ErrorCode.unknown_server_error
         code = self._apply(md, transit)
         if code is ErrorCode.none:
             logger.info(
@@ -381,16 +392,11 @@ class TransactionCoordinator:
         def every(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return {tp: code for tp in parts}
 
+        if verify_only:
+            return self.verify_partitions(transactional_id, producer_id, producer_epoch, parts)
         code, md = self._check_client(transactional_id, producer_id, producer_epoch)
         if md is None:
             return every(code)
-        if verify_only:
-            if md.state.is_prepared:
-                return every(ErrorCode.concurrent_transactions)
-            return {
-                tp: ErrorCode.none if tp in md.partitions else ErrorCode.transaction_abortable
-                for tp in parts
-            }
         if md.pending_transition or md.state.is_prepared:
             return every(ErrorCode.concurrent_transactions)
         if md.keeping_prepared:
@@ -406,6 +412,40 @@ class TransactionCoordinator:
                 transactional_id, len(parts), len(md.partitions),
             )
         return every(code)
+
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """KIP-890 part 1 verification (AddPartitionsToTxn verify-only, and the produce and
+        TxnOffsetCommit paths): is each partition in the ongoing transaction of exactly this
+        producer id and epoch? As Kafka's ``handleVerifyPartitionsInTransaction``: another
+        producer id is INVALID_PRODUCER_ID_MAPPING, any other epoch (older or newer) is
+        PRODUCER_FENCED, markers being written is CONCURRENT_TRANSACTIONS, a partition not in
+        the transaction is TRANSACTION_ABORTABLE.
+
+        The identity checked is the client's (``client_identity``). After
+        InitProducerId(KeepPreparedTxn) (KIP-939) that is the new owner's: the old instance,
+        still at the transaction's data epoch, is fenced; the new owner may only end the kept
+        transaction, so its writes are refused with INVALID_TXN_STATE, as its
+        AddPartitionsToTxn is. Synchronous: it changes nothing."""
+        parts = list(dict.fromkeys(partitions))
+        code, md = self._check_client(transactional_id, producer_id, producer_epoch)
+        if md is None:
+            return {tp: code for tp in parts}
+        if md.state.is_prepared:
+            code = ErrorCode.concurrent_transactions
+        elif md.keeping_prepared:
+            code = ErrorCode.invalid_txn_state
+        if code is not ErrorCode.none:
+            return {tp: code for tp in parts}
+        return {
+            tp: ErrorCode.none if tp in md.partitions else ErrorCode.transaction_abortable
+            for tp in parts
+        }
 
     async def handle_add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str

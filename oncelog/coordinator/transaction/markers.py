@@ -45,12 +45,15 @@ _DONE = frozenset(
         # The producer could not have written there either (Kafka drops the partition).
         ErrorCode.unsupported_for_message_format,
         ErrorCode.unsupported_version,
-        # The partition already knows a newer epoch of this producer: a later marker (or a
-        # newer instance) ended whatever this producer had open there.
-        ErrorCode.invalid_producer_epoch,
-        ErrorCode.producer_fenced,
     }
 )
+# INVALID_PRODUCER_EPOCH / PRODUCER_FENCED (the partition knows a newer epoch of the
+# producer) are retried, never done: if the partition still holds that producer's open
+# transaction, it did not get its marker, and counting it complete would leave the LSO stuck
+# with the transaction gone from the coordinator. Kafka's completion handler stops sending
+# instead (a newer epoch can only come from a newer decision there). A writer that can see
+# the partition holds nothing of the producer open answers NONE instead
+# (``oncelog.broker.markers``).
 _STOP = frozenset({ErrorCode.transaction_coordinator_fenced})
 
 

@@ -125,3 +125,14 @@ def test_size_estimate_grows_with_content() -> None:
     assert estimate_record_size(None, None, ()) < estimate_record_size(
         b"k", b"v" * 10, (("h", b"x"),)
     )
+
+
+def test_drain_takes_one_batch_per_partition_even_if_named_twice() -> None:
+    # The broker refuses a Produce with two batches for one partition (INVALID_RECORD).
+    acc = RecordAccumulator(batch_size=100, linger_ms=0)
+    first, _ = acc.append(TP0, rec(80), "first", now_ms=0)
+    acc.append(TP0, rec(80), "second", now_ms=0)
+    acc.append(TP1, rec(10), "other", now_ms=0)
+    drained = acc.drain([TP0, TP1, TP0], max_bytes=10_000)
+    assert [b.tp for b in drained] == [TP0, TP1]
+    assert drained[0] is first

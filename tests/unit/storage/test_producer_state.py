@@ -294,12 +294,15 @@ def test_multi_batch_interleaved_producers() -> None:
         m.check_batches(bad)
 
 
-def test_multi_batch_duplicate_answers_for_the_request() -> None:
+def test_multi_batch_duplicate_beside_a_new_batch_is_refused() -> None:
+    # Answering the duplicate's offsets for the request would acknowledge the new batch
+    # without writing it: refused. Alone, the duplicate answers with its original offsets.
     m = manager()
     append(m, batch(seq=0, count=2, offset=40))
-    assert m.check_batches([batch(seq=0, count=2), batch(seq=2, offset=2)]) == DuplicateBatch(
-        40, 41, NOW
-    )
+    with pytest.raises(KafkaError) as err:
+        m.check_batches([batch(seq=0, count=2), batch(seq=2, offset=2)])
+    assert err.value.code == ErrorCode.invalid_record
+    assert m.check_batches([batch(seq=0, count=2)]) == DuplicateBatch(40, 41, NOW)
 
 
 def test_multi_batch_transaction_then_plain_batch() -> None:

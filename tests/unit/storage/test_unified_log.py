@@ -61,6 +61,23 @@ def test_idempotent_retry_returns_original_offset(tmp_path: Path, clock: FakeClo
     assert log.log_end_offset == 4
 
 
+def test_duplicate_beside_a_new_batch_is_refused_and_nothing_appended(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    # Answering the duplicate's offsets for the whole append would acknowledge the new
+    # batch without writing it.
+    log = open_log(tmp_path / "p-0", clock)
+    dup_data, dup_headers = batch(pid=7, seq=0)
+    append(log, (bytearray(dup_data), list(dup_headers)))
+    new_data, new_headers = batch(pid=7, seq=2, tag="new")
+    both = bytearray(dup_data + new_data)
+    with pytest.raises(KafkaError) as err:
+        log.append(both, validate_batches(both, max_batch_bytes=10**7))
+    assert err.value.code == ErrorCode.invalid_record
+    assert log.log_end_offset == 2
+    assert append(log, (new_data, new_headers)) == 2  # the new batch is still accepted alone
+
+
 def test_older_epoch_is_rejected(tmp_path: Path, clock: FakeClock) -> None:
     log = open_log(tmp_path / "p-0", clock)
     append(log, batch(pid=7, epoch=3, seq=0))

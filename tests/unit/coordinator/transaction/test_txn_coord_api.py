@@ -11,10 +11,16 @@ from typing import Any
 from txn_support import A0, A1, TIMEOUT_MS, TXN, Env, make_env, run
 
 from oncelog.broker.api import RequestContext, producers, transactions
+from oncelog.broker.partitions import Partition
+from oncelog.clock import FakeClock
+from oncelog.config import LogConfig
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, request_module
 from oncelog.protocol.codec import encode_response
+from oncelog.records.codec import RecordInput, encode_batch
+from oncelog.records.validate import validate_batches
+from oncelog.storage.unified_log import UnifiedLog
 
 E = ErrorCode
 
@@ -194,6 +200,40 @@ def test_write_txn_markers_is_refused_to_clients(tmp_path: Path) -> None:
     codes = [p.error_code for m in response.markers for t in m.topics for p in t.partitions]
     assert codes == [E.cluster_authorization_failed] * 2
     assert env.markers.calls == []
+
+
+def test_client_abort_marker_cannot_raise_the_coordinator_epoch(tmp_path: Path) -> None:
+    # Written, a client's coordinator epoch 5 would make the partition refuse the real
+    # coordinator's markers (epoch 0) as TRANSACTION_COORDINATOR_FENCED from then on.
+    env = make_env(tmp_path)
+    log = UnifiedLog.open(tmp_path / "a-0", LogConfig(), FakeClock())
+    data = bytearray(encode_batch([RecordInput(key=b"k", value=b"v")], producer_id=5,
+                                  producer_epoch=0, base_sequence=0, transactional=True))
+    log.append(data, validate_batches(data, max_batch_bytes=10**6))
+    partition = Partition("a", 0, log)
+    broker = SimpleNamespace(transactions=env.coord,
+                             partitions=SimpleNamespace(find=lambda t, i: partition))
+    ctx = RequestContext(versions.WRITE_TXN_MARKERS, 1, 1, "test", "127.0.0.1",
+                         broker)  # type: ignore[arg-type]
+    mod = request_module(versions.WRITE_TXN_MARKERS, 1)
+
+    def abort(coordinator_epoch: int) -> list[ErrorCode]:
+        request = make(mod.WriteTxnMarkersRequest, markers=(
+            make(mod.WritableTxnMarker, producer_id=5, producer_epoch=0,
+                 transaction_result=False, coordinator_epoch=coordinator_epoch, topics=(
+                     make(mod.WritableTxnMarkerTopic, name="a", partition_indexes=(0,)),)),
+        ))
+        response = asyncio.run(transactions.handle_write_txn_markers(ctx, request))
+        return [p.error_code for m in response.markers for t in m.topics for p in t.partitions]
+
+    assert env.coord.coordinator_epoch == 0
+    assert abort(5) == [E.invalid_request]
+    assert log.log_end_offset == 1 and log.last_stable_offset == 0
+    # The coordinator's own marker still goes through (here: the commit it decided).
+    log.append_marker(5, 0, 0, commit=True)
+    assert log.last_stable_offset == log.log_end_offset == 2
+    # An operator's abort at the coordinator's epoch is accepted.
+    assert abort(0) == [E.none]
 
 
 def test_list_and_describe_transactions(tmp_path: Path) -> None:

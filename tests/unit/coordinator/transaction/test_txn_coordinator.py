@@ -124,6 +124,38 @@ def test_epoch_overflow_gives_a_new_producer_id(tmp_path: Path) -> None:
     run(env, body)
 
 
+def test_init_with_an_exhausted_epoch_answers_an_error(tmp_path: Path) -> None:
+    # Kafka's prepareIncrementProducerEpoch throws on an exhausted epoch when the expected
+    # epoch does not allow a new producer id; the request gets UNKNOWN_SERVER_ERROR. The
+    # same for an ongoing transaction at Short.MAX_VALUE, which cannot be fenced.
+    env = make_env(tmp_path, load=False)
+    seed(env, TxnTransitMetadata(
+        state=S.COMPLETE_COMMIT, producer_id=7, producer_epoch=MAX_PRODUCER_EPOCH,
+        txn_timeout_ms=TIMEOUT_MS, txn_start_timestamp=1, txn_last_update_timestamp=2,
+    ))
+    seed(env, TxnTransitMetadata(
+        state=S.ONGOING, producer_id=8, producer_epoch=MAX_PRODUCER_EPOCH,
+        txn_timeout_ms=TIMEOUT_MS, partitions=frozenset({A0}), txn_start_timestamp=1,
+        txn_last_update_timestamp=2,
+    ), "txn-max")
+    env.coord.load()
+
+    async def body() -> None:
+        stale = await env.coord.handle_init_producer_id(
+            TXN, TIMEOUT_MS, producer_id=7, producer_epoch=3
+        )
+        assert stale.error is E.unknown_server_error
+        ongoing = await env.coord.handle_init_producer_id("txn-max", TIMEOUT_MS)
+        assert ongoing.error is E.unknown_server_error
+        md = env.coord.get("txn-max")
+        assert md is not None and md.state is S.ONGOING and not md.pending_transition
+        # The usual way out still works: no expected epoch gives a new producer id.
+        fresh = await env.coord.handle_init_producer_id(TXN, TIMEOUT_MS)
+        assert fresh.error is E.none and fresh.producer_id != 7
+
+    run(env, body)
+
+
 def test_kip360_epoch_checks(tmp_path: Path) -> None:
     env = make_env(tmp_path)
 
@@ -300,6 +332,47 @@ def test_verify_only_answers_membership(tmp_path: Path) -> None:
     run(env, body)
 
 
+def test_verification_needs_exactly_the_current_epoch(tmp_path: Path) -> None:
+    # Kafka's handleVerifyPartitionsInTransaction: any epoch but the current one is fenced,
+    # a newer one too (a batch at epoch+1 would hold an open transaction that the marker,
+    # at the current epoch, could never end).
+    env = make_env(tmp_path)
+
+    async def body() -> None:
+        pid, epoch = await begin(env, [A0])
+        verify = env.coord.verify_partitions
+        assert verify(TXN, pid, epoch, [A0, A1]) == {A0: E.none, A1: E.transaction_abortable}
+        assert verify(TXN, pid, epoch + 1, [A0]) == {A0: E.producer_fenced}
+        assert verify(TXN, pid, epoch - 1, [A0]) == {A0: E.producer_fenced}
+        assert verify(TXN, pid + 1, epoch, [A0]) == {A0: E.invalid_producer_id_mapping}
+        assert verify("nobody", pid, epoch, [A0]) == {A0: E.invalid_producer_id_mapping}
+
+    run(env, body)
+
+
+def test_verification_after_keep_prepared_fences_the_old_instance(tmp_path: Path) -> None:
+    env = make_env(tmp_path, **{"transaction.two.phase.commit.enable": "true"})
+
+    async def body() -> None:
+        init = await env.coord.handle_init_producer_id(TXN, 0, enable_2pc=True)
+        pid = init.producer_id
+        await env.coord.handle_add_partitions(TXN, pid, 0, [A0])
+        kept = await env.coord.handle_init_producer_id(
+            TXN, 0, enable_2pc=True, keep_prepared=True
+        )
+        assert (kept.producer_epoch, kept.ongoing_txn_producer_epoch) == (1, 0)
+        # The zombie still writes at the transaction's data epoch 0: fenced, on produce and
+        # on TxnOffsetCommit (v0-4 verify, v5 adds).
+        assert env.coord.verify_partitions(TXN, pid, 0, [A0]) == {A0: E.producer_fenced}
+        assert await env.coord.handle_add_partitions(TXN, pid, 0, [A0], verify_only=True) == {
+            A0: E.producer_fenced
+        }
+        # The new owner may only end the kept transaction, not write into it.
+        assert env.coord.verify_partitions(TXN, pid, 1, [A0]) == {A0: E.invalid_txn_state}
+
+    run(env, body)
+
+
 def test_add_offsets_adds_the_groups_offsets_partition(tmp_path: Path) -> None:
     env = make_env(tmp_path, **{"offsets.topic.num.partitions": "7"})
 
@@ -465,6 +538,28 @@ def test_markers_are_retried_until_every_partition_has_one(tmp_path: Path) -> No
         (A0, B0), (A0, B0), (A0,), (A0,), (A0,),
     ]
     assert env.coord.statistics().marker_retries == 4
+
+
+def test_a_marker_refused_for_its_epoch_is_retried_not_counted(tmp_path: Path) -> None:
+    # A partition answering INVALID_PRODUCER_EPOCH may still hold the producer's open
+    # transaction (the broker's writer answers NONE when it holds nothing): counting it as
+    # marked would complete the transaction with that partition's LSO stuck for good.
+    env = make_env(tmp_path)
+    env.markers.plan[A0] = [E.invalid_producer_epoch, E.producer_fenced]
+
+    async def body() -> None:
+        pid, epoch = await begin(env)
+        assert (await env.coord.handle_end_txn(TXN, pid, epoch, True)).error is E.none
+        md = env.coord.get(TXN)
+        assert md is not None
+        await env.advance(1)
+        assert md.state is S.PREPARE_COMMIT and md.partitions == {A0}
+        for _ in range(10):
+            await env.advance(1000)
+        assert md.state is S.COMPLETE_COMMIT
+
+    run(env, body)
+    assert sorted(env.markers.written) == [(A0, True, 0, 0), (B0, True, 0, 0)]
 
 
 def test_a_fenced_coordinator_stops_sending_markers(tmp_path: Path) -> None:
