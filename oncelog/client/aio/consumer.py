@@ -224,13 +224,22 @@ class AIOConsumer:
             reset = [tp for tp in missing if committed.get(tp) is None]
             for tp in missing:
                 om = committed.get(tp)
-                if om is not None and tp in self._positions and self._positions[tp] is None:
+                if om is not None and self._awaiting_reset(tp):
                     self._positions[tp] = om.offset
             if reset:
                 await self._reset_offsets(reset)
 
+    def _awaiting_reset(self, tp: TopicPartition) -> bool:
+        """True while ``tp`` is assigned and has no position. A position found by OffsetFetch
+        or ListOffsets is applied only then: a ``seek`` made while the lookup was in flight
+        cancels it (as SubscriptionState.seek does in the Java client)."""
+        return tp in self._positions and self._positions[tp] is None
+
     async def _reset_offsets(self, tps: list[TopicPartition]) -> None:
         strategy = self.config["auto.offset.reset"]
+        tps = [tp for tp in tps if self._awaiting_reset(tp)]
+        if not tps:
+            return
         if strategy == "none":
             self._errors.append(
                 OffsetOutOfRangeError(
@@ -241,9 +250,11 @@ class AIOConsumer:
             return
         offsets = await self.list_offsets(tps, EARLIEST if strategy == "earliest" else LATEST)
         for tp, offset in offsets.items():
-            if tp in self._positions:
+            if self._awaiting_reset(tp):
                 self._positions[tp] = offset
                 logger.debug("reset %s to %s offset %d", tp, strategy, offset)
+            else:
+                logger.debug("%s: reset to %s dropped, position set meanwhile", tp, strategy)
 
     async def list_offsets(
         self, tps: Sequence[TopicPartition], timestamp: int
