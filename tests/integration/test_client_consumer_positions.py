@@ -1,16 +1,20 @@
 """oncelog.client consumer positions against a real ``oncelog serve``: a ``seek`` right after
-``assign`` wins over the pending offset reset (Java's SubscriptionState.seek cancels it)."""
+``assign`` wins over the pending offset reset (Java's SubscriptionState.seek cancels it), and
+a corrupt batch stops ``poll`` with a CorruptRecordError at that batch until the application
+seeks past it (Java's CompletedFetch)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
 from oncelog.client.aio import AIOConsumer
+from oncelog.client.errors import CorruptRecordError
 from oncelog.client.types import Message
 from tests.support.broker import BrokerProcess
 from tests.support.names import unique_topic
@@ -89,3 +93,58 @@ def test_seek_while_the_reset_lookup_is_in_flight_cancels_it(
 
     got = asyncio.run(scenario())
     assert [m.offset for m in got] == [3, 4, 5, 6, 7, 8, 9]
+
+
+def corrupt_batch_on_disk(partition_dir: Path, base_offset: int) -> None:
+    """Flip one byte in the middle of the records of the batch at ``base_offset`` (past the
+    61-byte header, so inside the CRC-covered part; clean-shutdown recovery does not check
+    CRCs, so the broker serves it as it is)."""
+    (segment,) = sorted(partition_dir.glob("*.log"))
+    data = bytearray(segment.read_bytes())
+    pos = 0
+    while pos + 12 <= len(data):
+        base = int.from_bytes(data[pos : pos + 8], "big", signed=True)
+        size = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True) + 12
+        if base == base_offset:
+            data[pos + 61 + (size - 61) // 2] ^= 0xFF
+            segment.write_bytes(bytes(data))
+            return
+        pos += size
+    raise AssertionError(f"no batch at offset {base_offset} in {segment}")
+
+
+def poll_until_error(consumer: Consumer, timeout: float = 20.0) -> tuple[list[Message], Exception]:
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got.extend(consumer.poll(0.5))
+        except CorruptRecordError as exc:
+            return got, exc
+    raise AssertionError(f"poll raised nothing within {timeout}s; got offsets {got}")
+
+
+def test_corrupt_batch_raises_from_poll_until_the_application_seeks_past_it(
+    broker: BrokerProcess,
+) -> None:
+    topic = unique_topic("corrupt")
+    produce_one_batch_each(broker.bootstrap, topic, 6)
+    broker.stop()
+    corrupt_batch_on_disk(broker.data_dir / f"{topic}-0", 2)
+    broker.start()
+    tp = TopicPartition(topic, 0)
+    with Consumer({"bootstrap.servers": broker.bootstrap, "auto.offset.reset": "earliest"}) as c:
+        c.assign([tp])
+        got, error = poll_until_error(c)
+        assert [m.offset for m in got] == [0, 1]  # what precedes the bad batch arrives first
+        assert isinstance(error, CorruptRecordError)
+        assert (error.topic, error.partition, error.offset) == (topic, 0, 2)
+        assert f"{topic}-0" in str(error) and "offset 2" in str(error)
+        # The position stays at the bad batch and the next poll says so again.
+        assert c.position(tp) == 2
+        with pytest.raises(CorruptRecordError):
+            c.poll(1.0)
+        c.seek(tp, 3)
+        rest = poll_until(c, 3)
+        assert [m.offset for m in rest] == [3, 4, 5]
+        assert [m.value for m in rest] == [b"v3", b"v4", b"v5"]

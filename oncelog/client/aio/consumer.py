@@ -29,6 +29,7 @@ from oncelog.client.aio.group import GroupMember
 from oncelog.client.config import ClientConfig
 from oncelog.client.errors import (
     CommitFailedError,
+    CorruptRecordError,
     IllegalStateError,
     KafkaClientError,
     OffsetOutOfRangeError,
@@ -54,6 +55,9 @@ class _Chunk:
     fetch_offset: int
     messages: deque[Message]
     next_offset: int
+    # Raised by poll once ``messages`` are handed out, and again by every poll until a seek
+    # replaces the chunk: the partition is not refetched meanwhile (Java's corruptLastRecord).
+    error: CorruptRecordError | None = None
 
 
 def _mono() -> float:
@@ -454,9 +458,18 @@ class AIOConsumer:
                         aborted_transactions=aborted,
                         verify_crc=cfg["check.crcs"],
                     )
-                    if fetched.messages or fetched.next_offset > fetch_offset:
+                    if fetched.error is not None:
+                        logger.error("%s", fetched.error)
+                    if (
+                        fetched.messages
+                        or fetched.next_offset > fetch_offset
+                        or fetched.error is not None
+                    ):
                         self._chunks[tp] = _Chunk(
-                            fetch_offset, deque(fetched.messages), fetched.next_offset
+                            fetch_offset,
+                            deque(fetched.messages),
+                            fetched.next_offset,
+                            fetched.error,
                         )
                         self._data_ready.set()
         except asyncio.CancelledError:
@@ -490,10 +503,18 @@ class AIOConsumer:
                 out.append(message)
                 self._positions[tp] = message.offset + 1
                 chunk.fetch_offset = message.offset + 1
-            if not chunk.messages:
-                self._positions[tp] = max(chunk.next_offset, self._positions.get(tp) or 0)
+            if chunk.messages:
+                continue
+            position = max(chunk.next_offset, self._positions.get(tp) or 0)
+            self._positions[tp] = position
+            if chunk.error is None:
                 del self._chunks[tp]
                 self._wakeup.set()
+                continue
+            chunk.fetch_offset = position  # the chunk stays until a seek replaces it
+            if not out:
+                raise chunk.error
+            break  # the records before the corrupt batch first; the error on the next poll
         return out
 
     async def poll(self, timeout: float = 1.0) -> list[Message]:
