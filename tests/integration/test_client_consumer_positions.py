@@ -14,7 +14,8 @@ import pytest
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
 from oncelog.client.aio import AIOConsumer
-from oncelog.client.errors import CorruptRecordError
+from oncelog.client.aio import consumer as consumer_module
+from oncelog.client.errors import CorruptRecordError, KafkaClientError
 from oncelog.client.types import Message
 from tests.support.broker import BrokerProcess
 from tests.support.names import unique_topic
@@ -148,3 +149,37 @@ def test_corrupt_batch_raises_from_poll_until_the_application_seeks_past_it(
         rest = poll_until(c, 3)
         assert [m.offset for m in rest] == [3, 4, 5]
         assert [m.value for m in rest] == [b"v3", b"v4", b"v5"]
+
+
+def test_unexpected_error_in_the_fetch_task_reaches_poll(
+    shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception that is no KafkaClientError must not die with the fetch task (logged as
+    "Task exception was never retrieved", poll returning nothing forever)."""
+    topic = unique_topic("fetch-bug")
+    produce_one_batch_each(shared_broker.bootstrap, topic, 1)
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("decoder bug")
+
+    monkeypatch.setattr(consumer_module, "decode_fetched", broken)
+    tp = TopicPartition(topic, 0)
+    with Consumer(
+        {"bootstrap.servers": shared_broker.bootstrap, "auto.offset.reset": "earliest"}
+    ) as consumer:
+        consumer.assign([tp])
+        deadline = time.monotonic() + 20
+        with pytest.raises(KafkaClientError, match=rf"{topic}-0.*RuntimeError: decoder bug"):
+            while time.monotonic() < deadline:
+                assert consumer.poll(0.5) == []
+        monkeypatch.undo()
+        # The fetcher keeps going: once decoding works again the record arrives (a failure
+        # of a fetch that was already under way may still be reported first).
+        got: list[Message] = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            try:
+                got = consumer.poll(0.5)
+            except KafkaClientError as exc:
+                assert "decoder bug" in str(exc)
+        assert [m.value for m in got] == [b"v0"]

@@ -245,12 +245,11 @@ class AIOConsumer:
         if not tps:
             return
         if strategy == "none":
-            self._errors.append(
+            self._surface(
                 OffsetOutOfRangeError(
                     f"no committed offset for {[str(t) for t in tps]} and auto.offset.reset=none"
                 )
             )
-            self._data_ready.set()
             return
         offsets = await self.list_offsets(tps, EARLIEST if strategy == "earliest" else LATEST)
         for tp, offset in offsets.items():
@@ -365,12 +364,19 @@ class AIOConsumer:
             except KafkaClientError as exc:
                 logger.warning("fetcher: %s", exc)
                 if not isinstance(exc, RetriableError):
-                    self._errors.append(exc)
-                    self._data_ready.set()
+                    self._surface(exc)
                 await asyncio.sleep(self.client.backoff_s(1))
-            except Exception:
-                logger.exception("fetcher crashed; retrying")
-                await asyncio.sleep(1)
+            except Exception as exc:
+                logger.exception("fetcher failed; retrying")
+                self._surface(KafkaClientError(f"fetcher failed: {type(exc).__name__}: {exc}"))
+                await asyncio.sleep(self.client.backoff_s(1))
+
+    def _surface(self, exc: KafkaClientError) -> None:
+        """Queue ``exc`` for ``poll`` to raise; one that is already waiting there is not
+        queued again, so a failure that repeats while nobody polls does not pile up."""
+        if all(str(queued) != str(exc) for queued in self._errors):
+            self._errors.append(exc)
+        self._data_ready.set()
 
     async def _fetch(self, leader: int, tps: list[TopicPartition]) -> None:
         cfg = self.config
@@ -419,6 +425,7 @@ class AIOConsumer:
             )
 
         refresh = False
+        failed = False  # an error went to poll: wait a backoff before fetching again
         try:
             timeout = cfg["request.timeout.ms"] + cfg["fetch.max.wait.ms"]
             response = await self.client.call(leader, api.FETCH, build, timeout_ms=timeout)
@@ -440,8 +447,8 @@ class AIOConsumer:
                         if isinstance(exc, RetriableError):
                             refresh = True
                         else:
-                            self._errors.append(exc)
-                            self._data_ready.set()
+                            self._surface(exc)
+                            failed = True
                         continue
                     aborted = None
                     if part.aborted_transactions:
@@ -472,6 +479,8 @@ class AIOConsumer:
                             fetched.error,
                         )
                         self._data_ready.set()
+            if failed:
+                await asyncio.sleep(self.client.backoff_s(1))
         except asyncio.CancelledError:
             raise
         except RetriableError as exc:
@@ -479,8 +488,17 @@ class AIOConsumer:
             refresh = True
             await asyncio.sleep(self.client.backoff_s(0))
         except KafkaClientError as exc:
-            self._errors.append(exc)
-            self._data_ready.set()
+            self._surface(exc)
+            await asyncio.sleep(self.client.backoff_s(1))
+        except Exception as exc:  # a bug or an unexpected response: to poll, not lost
+            logger.exception("fetch from node %d for %s failed", leader, [str(t) for t in tps])
+            self._surface(
+                KafkaClientError(
+                    f"fetch from node {leader} for {', '.join(map(str, tps))} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+            )
+            await asyncio.sleep(self.client.backoff_s(1))
         finally:
             for tp in tps:
                 self._in_flight.discard(tp)
