@@ -29,6 +29,7 @@ __all__ = [
     "ConfigError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
+    "CorruptRecordError",
     "ErrorCode",
     "FatalError",
     "FencedInstanceIdError",
@@ -238,6 +239,23 @@ class UnknownMemberIdError(KafkaClientError):
 
 class TopicAlreadyExistsError(KafkaClientError):
     default_code = ErrorCode.topic_already_exists
+
+
+class CorruptRecordError(KafkaClientError):
+    """The consumer fetched a record batch it cannot decode (CRC mismatch, bad framing,
+    undecompressable body). Java's consumer raises it from poll() the same way, wrapped in a
+    KafkaException. Refetching returns the same bytes, so unlike CORRUPT_MESSAGE in a
+    produce response this is not retried: the position stays at ``offset`` and every poll
+    raises again until the application seeks past the batch. Not in ``error_for``'s table,
+    which keeps the wire code retriable for the producer."""
+
+    default_code = ErrorCode.corrupt_message
+
+    def __init__(self, message: str, *, topic: str, partition: int, offset: int) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
 
 
 _BY_CODE: dict[ErrorCode, type[KafkaClientError]] = {

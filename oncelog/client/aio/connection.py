@@ -217,24 +217,33 @@ class BrokerConnection:
                     continue
                 api_key, version, future = entry
                 try:
-                    body = decode_response(api_key, version, frame)
+                    body = _decode(api_key, version, frame)
                 except Exception as exc:  # kio raises various errors on bad bytes
-                    if api_key == api.API_VERSIONS and version > 0:
-                        # A broker that does not know our version answers with v0.
-                        body = decode_response(api_key, 0, frame)
-                    else:
-                        reason = f"undecodable response to api {api_key} v{version}: {exc}"
-                        if not future.done():
-                            future.set_exception(BrokerConnectionError(reason))
-                        break
+                    reason = f"undecodable response to api {api_key} v{version}: {exc!r}"
+                    if not future.done():
+                        future.set_exception(BrokerConnectionError(reason))
+                    break
                 if not future.done():
                     future.set_result(body)
         except (asyncio.IncompleteReadError, OSError) as exc:
             reason = f"connection lost: {exc or type(exc).__name__}"
         except asyncio.CancelledError:
             raise
+        except Exception as exc:  # a bug: fail the requests rather than die unretrieved
+            logger.exception("%r: reading responses failed", self)
+            reason = f"reading responses failed: {type(exc).__name__}: {exc}"
         self._closed = True
         self._close_reason = reason
         self._fail_pending(BrokerConnectionError(f"{self.host}:{self.port}: {reason}"))
         if self._writer is not None:
             self._writer.close()
+
+
+def _decode(api_key: int, version: int, frame: bytes) -> Any:
+    try:
+        return decode_response(api_key, version, frame)
+    except Exception:
+        if api_key != api.API_VERSIONS or version == 0:
+            raise
+        # A broker that does not know our ApiVersions version answers with v0.
+        return decode_response(api_key, 0, frame)

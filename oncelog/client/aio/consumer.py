@@ -29,6 +29,7 @@ from oncelog.client.aio.group import GroupMember
 from oncelog.client.config import ClientConfig
 from oncelog.client.errors import (
     CommitFailedError,
+    CorruptRecordError,
     IllegalStateError,
     KafkaClientError,
     OffsetOutOfRangeError,
@@ -54,6 +55,9 @@ class _Chunk:
     fetch_offset: int
     messages: deque[Message]
     next_offset: int
+    # Raised by poll once ``messages`` are handed out, and again by every poll until a seek
+    # replaces the chunk: the partition is not refetched meanwhile (Java's corruptLastRecord).
+    error: CorruptRecordError | None = None
 
 
 def _mono() -> float:
@@ -224,26 +228,36 @@ class AIOConsumer:
             reset = [tp for tp in missing if committed.get(tp) is None]
             for tp in missing:
                 om = committed.get(tp)
-                if om is not None and tp in self._positions and self._positions[tp] is None:
+                if om is not None and self._awaiting_reset(tp):
                     self._positions[tp] = om.offset
             if reset:
                 await self._reset_offsets(reset)
 
+    def _awaiting_reset(self, tp: TopicPartition) -> bool:
+        """True while ``tp`` is assigned and has no position. A position found by OffsetFetch
+        or ListOffsets is applied only then: a ``seek`` made while the lookup was in flight
+        cancels it (as SubscriptionState.seek does in the Java client)."""
+        return tp in self._positions and self._positions[tp] is None
+
     async def _reset_offsets(self, tps: list[TopicPartition]) -> None:
         strategy = self.config["auto.offset.reset"]
+        tps = [tp for tp in tps if self._awaiting_reset(tp)]
+        if not tps:
+            return
         if strategy == "none":
-            self._errors.append(
+            self._surface(
                 OffsetOutOfRangeError(
                     f"no committed offset for {[str(t) for t in tps]} and auto.offset.reset=none"
                 )
             )
-            self._data_ready.set()
             return
         offsets = await self.list_offsets(tps, EARLIEST if strategy == "earliest" else LATEST)
         for tp, offset in offsets.items():
-            if tp in self._positions:
+            if self._awaiting_reset(tp):
                 self._positions[tp] = offset
                 logger.debug("reset %s to %s offset %d", tp, strategy, offset)
+            else:
+                logger.debug("%s: reset to %s dropped, position set meanwhile", tp, strategy)
 
     async def list_offsets(
         self, tps: Sequence[TopicPartition], timestamp: int
@@ -350,12 +364,19 @@ class AIOConsumer:
             except KafkaClientError as exc:
                 logger.warning("fetcher: %s", exc)
                 if not isinstance(exc, RetriableError):
-                    self._errors.append(exc)
-                    self._data_ready.set()
+                    self._surface(exc)
                 await asyncio.sleep(self.client.backoff_s(1))
-            except Exception:
-                logger.exception("fetcher crashed; retrying")
-                await asyncio.sleep(1)
+            except Exception as exc:
+                logger.exception("fetcher failed; retrying")
+                self._surface(KafkaClientError(f"fetcher failed: {type(exc).__name__}: {exc}"))
+                await asyncio.sleep(self.client.backoff_s(1))
+
+    def _surface(self, exc: KafkaClientError) -> None:
+        """Queue ``exc`` for ``poll`` to raise; one that is already waiting there is not
+        queued again, so a failure that repeats while nobody polls does not pile up."""
+        if all(str(queued) != str(exc) for queued in self._errors):
+            self._errors.append(exc)
+        self._data_ready.set()
 
     async def _fetch(self, leader: int, tps: list[TopicPartition]) -> None:
         cfg = self.config
@@ -404,6 +425,7 @@ class AIOConsumer:
             )
 
         refresh = False
+        failed = False  # an error went to poll: wait a backoff before fetching again
         try:
             timeout = cfg["request.timeout.ms"] + cfg["fetch.max.wait.ms"]
             response = await self.client.call(leader, api.FETCH, build, timeout_ms=timeout)
@@ -425,8 +447,8 @@ class AIOConsumer:
                         if isinstance(exc, RetriableError):
                             refresh = True
                         else:
-                            self._errors.append(exc)
-                            self._data_ready.set()
+                            self._surface(exc)
+                            failed = True
                         continue
                     aborted = None
                     if part.aborted_transactions:
@@ -443,11 +465,22 @@ class AIOConsumer:
                         aborted_transactions=aborted,
                         verify_crc=cfg["check.crcs"],
                     )
-                    if fetched.messages or fetched.next_offset > fetch_offset:
+                    if fetched.error is not None:
+                        logger.error("%s", fetched.error)
+                    if (
+                        fetched.messages
+                        or fetched.next_offset > fetch_offset
+                        or fetched.error is not None
+                    ):
                         self._chunks[tp] = _Chunk(
-                            fetch_offset, deque(fetched.messages), fetched.next_offset
+                            fetch_offset,
+                            deque(fetched.messages),
+                            fetched.next_offset,
+                            fetched.error,
                         )
                         self._data_ready.set()
+            if failed:
+                await asyncio.sleep(self.client.backoff_s(1))
         except asyncio.CancelledError:
             raise
         except RetriableError as exc:
@@ -455,8 +488,17 @@ class AIOConsumer:
             refresh = True
             await asyncio.sleep(self.client.backoff_s(0))
         except KafkaClientError as exc:
-            self._errors.append(exc)
-            self._data_ready.set()
+            self._surface(exc)
+            await asyncio.sleep(self.client.backoff_s(1))
+        except Exception as exc:  # a bug or an unexpected response: to poll, not lost
+            logger.exception("fetch from node %d for %s failed", leader, [str(t) for t in tps])
+            self._surface(
+                KafkaClientError(
+                    f"fetch from node {leader} for {', '.join(map(str, tps))} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+            )
+            await asyncio.sleep(self.client.backoff_s(1))
         finally:
             for tp in tps:
                 self._in_flight.discard(tp)
@@ -479,10 +521,18 @@ class AIOConsumer:
                 out.append(message)
                 self._positions[tp] = message.offset + 1
                 chunk.fetch_offset = message.offset + 1
-            if not chunk.messages:
-                self._positions[tp] = max(chunk.next_offset, self._positions.get(tp) or 0)
+            if chunk.messages:
+                continue
+            position = max(chunk.next_offset, self._positions.get(tp) or 0)
+            self._positions[tp] = position
+            if chunk.error is None:
                 del self._chunks[tp]
                 self._wakeup.set()
+                continue
+            chunk.fetch_offset = position  # the chunk stays until a seek replaces it
+            if not out:
+                raise chunk.error
+            break  # the records before the corrupt batch first; the error on the next poll
         return out
 
     async def poll(self, timeout: float = 1.0) -> list[Message]:

@@ -399,6 +399,28 @@ class AIOProducer:
             batch.transactional = self.transactional_id is not None
 
     async def _produce(self, leader: int, batches: list[ProducerBatch]) -> None:
+        try:
+            await self._produce_batches(leader, batches)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or an unexpected response: fail the records, loudly
+            logger.exception("produce to node %d failed", leader)
+            error = KafkaClientError(
+                f"produce to node {leader} failed: {type(exc).__name__}: {exc}",
+                ErrorCode.unknown_server_error,
+            )
+            for b in batches:
+                if all(d.future.done() for d in b.handles):
+                    continue  # completed before the failure
+                if b.has_sequence:
+                    self._on_unresolved_sequence(error)  # it may or may not have been written
+                self._fail_batch(b, error)
+        finally:
+            for b in batches:
+                self._in_flight.discard(b.tp)
+            self._wakeup.set()
+
+    async def _produce_batches(self, leader: int, batches: list[ProducerBatch]) -> None:
         encoded = {id(b): b.encode(self.compression) for b in batches}
         by_topic: dict[str, list[ProducerBatch]] = defaultdict(list)
         for b in batches:
@@ -433,61 +455,56 @@ class AIOProducer:
             )
 
         try:
-            try:
-                conn = await self.client.connection(leader)
-                body = build(conn.version(api.PRODUCE))
-                response = await conn.send(body, expect_response=self.acks != 0)
-            except RetriableError as exc:
-                for b in batches:
-                    self._retry_or_fail(b, exc)
-                with contextlib.suppress(KafkaClientError):
-                    await self.client.refresh_metadata()
-                return
-            except KafkaClientError as exc:
-                for b in batches:
-                    self._complete_failed(b, exc)
-                return
-            if response is None:  # acks=0
-                for b in batches:
-                    self._complete_ok(b, -1, -1)
-                return
-            results: dict[TopicPartition, Any] = {}
-            for topic_resp in response.responses:
-                for part in topic_resp.partition_responses:
-                    results[TopicPartition(topic_resp.name, int(part.index))] = part
-            refresh = False
+            conn = await self.client.connection(leader)
+            body = build(conn.version(api.PRODUCE))
+            response = await conn.send(body, expect_response=self.acks != 0)
+        except RetriableError as exc:
             for b in batches:
-                part = results.get(b.tp)
-                if part is None:
-                    self._retry_or_fail(
-                        b,
-                        KafkaClientError(f"no response for {b.tp}", ErrorCode.unknown_server_error),
-                    )
-                    continue
-                code = ErrorCode(part.error_code)
-                if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
-                    append_time = part.log_append_time
-                    ts = -1 if append_time is None else int(append_time.timestamp() * 1000)
-                    self._complete_ok(b, int(part.base_offset), ts)
-                    continue
-                message = getattr(part, "error_message", None) or ""
-                err = error_for(code, f"produce to {b.tp}: {message}".rstrip(": "))
-                if isinstance(err, RetriableError):
-                    refresh = refresh or code in (
-                        ErrorCode.not_leader_or_follower,
-                        ErrorCode.unknown_topic_or_partition,
-                        ErrorCode.leader_not_available,
-                    )
-                    self._retry_or_fail(b, err)
-                else:
-                    self._complete_failed(b, err)
-            if refresh:
-                with contextlib.suppress(KafkaClientError):
-                    await self.client.refresh_metadata()
-        finally:
+                self._retry_or_fail(b, exc)
+            with contextlib.suppress(KafkaClientError):
+                await self.client.refresh_metadata()
+            return
+        except KafkaClientError as exc:
             for b in batches:
-                self._in_flight.discard(b.tp)
-            self._wakeup.set()
+                self._complete_failed(b, exc)
+            return
+        if response is None:  # acks=0
+            for b in batches:
+                self._complete_ok(b, -1, -1)
+            return
+        results: dict[TopicPartition, Any] = {}
+        for topic_resp in response.responses:
+            for part in topic_resp.partition_responses:
+                results[TopicPartition(topic_resp.name, int(part.index))] = part
+        refresh = False
+        for b in batches:
+            part = results.get(b.tp)
+            if part is None:
+                self._retry_or_fail(
+                    b,
+                    KafkaClientError(f"no response for {b.tp}", ErrorCode.unknown_server_error),
+                )
+                continue
+            code = ErrorCode(part.error_code)
+            if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
+                append_time = part.log_append_time
+                ts = -1 if append_time is None else int(append_time.timestamp() * 1000)
+                self._complete_ok(b, int(part.base_offset), ts)
+                continue
+            message = getattr(part, "error_message", None) or ""
+            err = error_for(code, f"produce to {b.tp}: {message}".rstrip(": "))
+            if isinstance(err, RetriableError):
+                refresh = refresh or code in (
+                    ErrorCode.not_leader_or_follower,
+                    ErrorCode.unknown_topic_or_partition,
+                    ErrorCode.leader_not_available,
+                )
+                self._retry_or_fail(b, err)
+            else:
+                self._complete_failed(b, err)
+        if refresh:
+            with contextlib.suppress(KafkaClientError):
+                await self.client.refresh_metadata()
 
     def _retry_or_fail(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
         age = _mono_ms() - batch.created_ms

@@ -149,3 +149,53 @@ def test_message_fields() -> None:
     (msg,) = decode_fetched("topic", 2, batch, 0, read_committed=False).messages
     assert (msg.topic, msg.partition, msg.offset, msg.timestamp) == ("topic", 2, 3, 1234)
     assert (msg.key, msg.value, msg.headers) == (b"k", b"v", (("h", b"1"),))
+
+
+def flip_byte_in_body(batch: bytes) -> bytes:
+    """The batch with one byte of its last record flipped (inside the CRC-covered part)."""
+    buf = bytearray(batch)
+    buf[len(buf) - 2] ^= 0xFF
+    return bytes(buf)
+
+
+def test_corrupt_batch_ends_the_data_with_an_error_naming_partition_and_offset() -> None:
+    log = b"".join(
+        [
+            data_batch(0, [b"a", b"b"]),
+            flip_byte_in_body(data_batch(2, [b"bad-1", b"bad-2"])),
+            data_batch(4, [b"after"]),
+        ]
+    )
+    result = decode_fetched("orders", 3, log, 0, read_committed=True)
+    assert values(result) == [b"a", b"b"]  # what precedes the corrupt batch is delivered
+    assert result.next_offset == 2  # and the position stays at the corrupt batch
+    assert result.error is not None
+    assert (result.error.topic, result.error.partition, result.error.offset) == ("orders", 3, 2)
+    text = str(result.error)
+    assert "orders-3" in text and "offset 2" in text and "2..3" in text
+    assert "crc mismatch" in text and "seek past" in text
+
+
+def test_corrupt_first_batch_gives_no_messages_and_keeps_the_fetch_offset() -> None:
+    log = flip_byte_in_body(data_batch(7, [b"x"])) + data_batch(8, [b"y"])
+    result = decode_fetched("t", 0, log, 7, read_committed=False)
+    assert result.messages == []
+    assert result.next_offset == 7
+    assert result.error is not None and result.error.offset == 7
+
+
+def test_corrupt_control_batch_is_an_error_too() -> None:
+    log = data_batch(0, [b"x"], pid=4, transactional=True) + flip_byte_in_body(
+        marker(1, 4, ControlType.ABORT)
+    )
+    result = decode_fetched("t", 0, log, 0, read_committed=True, aborted_transactions=[(4, 0)])
+    assert result.messages == []
+    assert result.next_offset == 1
+    assert result.error is not None and result.error.offset == 1
+
+
+def test_without_crc_check_a_flipped_value_byte_is_not_detected() -> None:
+    log = flip_byte_in_body(data_batch(0, [b"value"]))
+    result = decode_fetched("t", 0, log, 0, read_committed=False, verify_crc=False)
+    assert result.error is None
+    assert len(result.messages) == 1
