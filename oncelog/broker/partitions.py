@@ -8,18 +8,21 @@ On a single node the high watermark is the log end offset once an append has ret
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.faults import io_fault
 from oncelog.records.batch import BatchHeader
 from oncelog.storage.files import atomic_write
 from oncelog.storage.log import AppendResult
@@ -60,16 +63,79 @@ class TopicInfo:
         return self.name in INTERNAL_TOPICS
 
 
-class Partition:
-    """One partition: its log plus the futures of fetches waiting for new data."""
+class _GuardedLog:
+    """A partition's log seen through its I/O-error boundary.
 
-    __slots__ = ("_waiters", "index", "log", "topic")
+    Every method call of the wrapped UnifiedLog that raises OSError (disk full, permission,
+    EIO) takes the partition offline, as Kafka's log-directory failure handling does
+    (``LogDirFailureChannel``, ``ReplicaManager.handleLogDirFailure``), and becomes
+    KafkaError(KAFKA_STORAGE_ERROR); once offline, every method call raises it without
+    touching the files. Attribute reads (offsets, config, producer state) stay available:
+    they are in memory, and they let handlers answer the error per partition.
+    """
+
+    __slots__ = ("_log", "_partition")
+
+    def __init__(self, log: UnifiedLog, partition: Partition) -> None:
+        self._log = log
+        self._partition = partition
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._log, name)
+        if not callable(value):
+            return value
+        partition = self._partition
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if partition.offline is not None:
+                raise partition.storage_error()
+            try:
+                io_fault(name, partition.name)
+                return value(*args, **kwargs)
+            except OSError as exc:
+                partition.take_offline(name, exc)
+                raise partition.storage_error() from exc
+
+        return guarded
+
+
+class Partition:
+    """One partition: its log plus the futures of fetches waiting for new data.
+
+    ``log`` is the partition's UnifiedLog behind its I/O-error boundary (``_GuardedLog``);
+    ``offline`` says why the partition was taken offline, None while it is healthy.
+    """
+
+    __slots__ = ("_waiters", "index", "log", "offline", "raw_log", "topic")
 
     def __init__(self, topic: str, index: int, log: UnifiedLog) -> None:
         self.topic = topic
         self.index = index
-        self.log = log
+        self.raw_log = log
+        self.log: UnifiedLog = cast(UnifiedLog, _GuardedLog(log, self))
+        self.offline: str | None = None
         self._waiters: set[asyncio.Future[None]] = set()
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    def take_offline(self, operation: str, exc: OSError) -> None:
+        """Stop using this partition's files after an I/O error (until a restart)."""
+        if self.offline is None:
+            self.offline = f"{operation} failed: {exc}"
+            log.error(
+                "partition %s is offline: I/O error during %s in %s: %s; answering "
+                "KAFKA_STORAGE_ERROR for it until the broker is restarted with the disk fixed",
+                self.name, operation, self.raw_log.directory, exc,
+            )
+        self.wake_waiters()
+
+    def storage_error(self) -> KafkaError:
+        return KafkaError(
+            ErrorCode.kafka_storage_error,
+            f"partition {self.name} is offline ({self.offline}) in {self.raw_log.directory}",
+        )
 
     @property
     def high_watermark(self) -> int:
@@ -177,6 +243,8 @@ class PartitionRegistry:
         partition = self._partitions.get((topic, index))
         if partition is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index}")
+        if partition.offline is not None:
+            raise partition.storage_error()
         return partition
 
     def find(self, topic: str, index: int) -> Partition | None:
@@ -252,7 +320,8 @@ class PartitionRegistry:
             partition = self._partitions.pop((name, index), None)
             if partition is not None:
                 partition.wake_waiters()
-                partition.log.delete()
+                with contextlib.suppress(OSError):  # the rmtree below is the fallback
+                    partition.raw_log.delete()
         # Remove any directory the log did not (e.g. a partially created one).
         for index in range(info.partitions):
             shutil.rmtree(self.data_dir / f"{name}-{index}", ignore_errors=True)
@@ -282,26 +351,42 @@ class PartitionRegistry:
         return LogConfig.resolve(self.config, self.topics[name].configs)
 
     # -- maintenance ----------------------------------------------------------------------
+    def _each_online(self, operation: Callable[[Partition], int]) -> int:
+        """Run ``operation`` on every online partition; one partition's storage error (which
+        took it offline) does not stop the others."""
+        total = 0
+        for partition in self.partitions():
+            if partition.offline is not None:
+                continue
+            try:
+                total += operation(partition)
+            except KafkaError as exc:
+                log.warning("skipping partition %s: %s", partition.name, exc)
+        return total
+
     def maybe_flush_all(self) -> None:
         now = self.clock.now_ms()
-        for partition in self.partitions():
-            partition.log.maybe_flush(now)
+        self._each_online(lambda p: int(p.log.maybe_flush(now)))
 
     def flush_all(self) -> None:
-        for partition in self.partitions():
+        def flush(partition: Partition) -> int:
             partition.log.flush()
+            return 0
+
+        self._each_online(flush)
 
     def remove_expired_producers(self) -> int:
         now = self.clock.now_ms()
-        return sum(len(p.log.remove_expired_producers(now)) for p in self.partitions())
+        return self._each_online(lambda p: len(p.log.remove_expired_producers(now)))
 
     def apply_retention(self) -> int:
-        deleted = 0
-        for partition in self.partitions():
-            deleted += partition.log.apply_retention()
-        return deleted
+        return self._each_online(lambda p: p.log.apply_retention())
 
     def close(self) -> None:
+        def close(partition: Partition) -> int:
+            partition.log.close()
+            return 0
+
         for partition in self.partitions():
             partition.wake_waiters()
-            partition.log.close()
+        self._each_online(close)
