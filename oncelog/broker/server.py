@@ -48,12 +48,22 @@ class Server:
         self._busy: set[asyncio.Task[None]] = set()  # connections inside a request
         self._stopping = False
 
-    async def start(self) -> None:
+    async def bind(self) -> None:
+        """Bind the listening socket without accepting yet (an OSError if the address is
+        busy), so that a busy port fails before the data directory is touched."""
         self._server = await asyncio.start_server(
-            self._on_connection, self.host, self.port, reuse_address=True, limit=2**20
+            self._on_connection, self.host, self.port, reuse_address=True, limit=2**20,
+            start_serving=False,
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+
+    async def start(self) -> None:
+        """Accept connections (binding first if ``bind`` was not called)."""
+        if self._server is None:
+            await self.bind()
+        assert self._server is not None
+        await self._server.start_serving()
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish, then close every connection."""

@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def serve(args: argparse.Namespace) -> int:
     from oncelog.broker.broker import Broker
+    from oncelog.broker.datadir import DataDirError
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -85,6 +86,9 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main())
+    except DataDirError as exc:
+        print(f"oncelog: cannot serve: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"oncelog: cannot serve: {exc}", file=sys.stderr)
         return 1
