@@ -71,23 +71,25 @@ class Broker:
     def _start_storage(self) -> None:
         api.load_all()
         self.cluster_id = load_meta(self.data_dir, self.node_id).cluster_id
-        self.partitions.load()
-        self.partitions.ensure_internal_topic(
-            OFFSETS_TOPIC,
-            int(self.config["offsets.topic.num.partitions"]),
-            {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-            },
-        )
-        self.partitions.ensure_internal_topic(
-            TRANSACTION_STATE_TOPIC,
-            int(self.config["transaction.state.log.num.partitions"]),
-            {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
-            },
-        )
+        internal = {
+            OFFSETS_TOPIC: (
+                int(self.config["offsets.topic.num.partitions"]),
+                {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+                },
+            ),
+            TRANSACTION_STATE_TOPIC: (
+                int(self.config["transaction.state.log.num.partitions"]),
+                {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+                },
+            ),
+        }
+        self.partitions.load({name: configs for name, (_, configs) in internal.items()})
+        for name, (count, configs) in internal.items():
+            self.partitions.ensure_internal_topic(name, count, configs)
         self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
         store = LogOffsetsStore(self.partitions, OFFSETS_TOPIC, self.clock)
         self.groups = GroupCoordinator(self.config, store, self.clock)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from oncelog.broker.datadir import DataDirError
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
 from oncelog.errors import ErrorCode, KafkaError
@@ -36,6 +37,43 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 CATALOG_FILE = "topics.json"
+
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<index>[0-9]+)$")
+
+
+def _partition_dirs(data_dir: Path) -> dict[str, int]:
+    """Topic name -> partition count, from the ``<topic>-<partition>`` directories."""
+    counts: dict[str, int] = {}
+    for entry in data_dir.iterdir():
+        match = _PARTITION_DIR.match(entry.name)
+        if match and entry.is_dir():
+            topic, index = match["topic"], int(match["index"])
+            counts[topic] = max(counts.get(topic, 0), index + 1)
+    return counts
+
+
+def _read_catalog(path: Path) -> dict[str, TopicInfo]:
+    """The topics of ``topics.json``; DataDirError, saying how to recover, if unreadable."""
+    try:
+        raw = json.loads(path.read_bytes())
+        topics: dict[str, TopicInfo] = {}
+        for entry in raw["topics"]:
+            info = TopicInfo(
+                name=str(entry["name"]),
+                topic_id=uuid.UUID(entry["topic_id"]),
+                partitions=int(entry["partitions"]),
+                configs={str(k): str(v) for k, v in entry.get("configs", {}).items()},
+            )
+            topics[info.name] = info
+        return topics
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DataDirError(
+            f"{path} is damaged ({type(exc).__name__}: {exc}); to recover, move it aside "
+            f"(mv {path} {path}.damaged) and start again: the topic list is then rebuilt "
+            "from the partition directories, with new topic ids and broker-default topic "
+            "configs (set any per-topic configs again afterwards)"
+        ) from None
 
 
 def validate_topic_name(name: str) -> None:
@@ -192,24 +230,54 @@ class PartitionRegistry:
         self._partitions: dict[tuple[str, int], Partition] = {}
 
     # -- loading and the catalog -------------------------------------------------------
-    def load(self) -> None:
+    def load(self, internal_configs: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        """Read the catalog and open every partition.
+
+        The partition directories are the truth about what data exists: a topic whose
+        directories are on disk but which the catalog does not list (``topics.json`` missing,
+        or an entry lost) is rebuilt from them, with a new topic id and the broker's default
+        configs (``internal_configs`` for internal topics), and a warning saying so. A
+        catalog that cannot be read refuses the start (DataDirError) with how to recover.
+        """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / CATALOG_FILE
         if path.exists():
-            raw = json.loads(path.read_text())
-            for entry in raw["topics"]:
-                info = TopicInfo(
-                    name=entry["name"],
-                    topic_id=uuid.UUID(entry["topic_id"]),
-                    partitions=int(entry["partitions"]),
-                    configs=dict(entry.get("configs", {})),
-                )
-                self.topics[info.name] = info
+            self.topics = _read_catalog(path)
+        elif _partition_dirs(self.data_dir):
+            log.warning("%s is missing; rebuilding the topic list from the partition "
+                        "directories in %s", path, self.data_dir)
+        if self._adopt_partition_dirs(internal_configs or {}):
+            self._write_catalog()
         for info in self.topics.values():
             log_config = LogConfig.resolve(self.config, info.configs)
             for index in range(info.partitions):
                 self._open_partition(info.name, index, log_config)
         log.info("loaded %d topics, %d partitions", len(self.topics), len(self._partitions))
+
+    def _adopt_partition_dirs(self, internal_configs: Mapping[str, Mapping[str, str]]) -> bool:
+        """Add to the catalog what the partition directories show it lacks; True if any."""
+        changed = False
+        for topic, count in sorted(_partition_dirs(self.data_dir).items()):
+            info = self.topics.get(topic)
+            if info is None:
+                configs = dict(internal_configs.get(topic, {}))
+                info = TopicInfo(topic, uuid.uuid4(), count, configs)
+                self.topics[topic] = info
+                log.warning(
+                    "topic %s was not in %s: rebuilt from its partition directories with %d "
+                    "partitions, new topic id %s, configs %s (per-topic configs cannot be "
+                    "rebuilt from the data: any it had are lost)",
+                    topic, CATALOG_FILE, count, info.topic_id, configs or "broker defaults",
+                )
+                changed = True
+            elif count > info.partitions:
+                log.warning(
+                    "topic %s has partition directories up to %d but %s lists %d partitions: "
+                    "keeping all %d", topic, count - 1, CATALOG_FILE, info.partitions, count,
+                )
+                info.partitions = count
+                changed = True
+        return changed
 
     def _write_catalog(self) -> None:
         payload = {

@@ -86,3 +86,48 @@ def test_not_ready_while_the_metrics_port_is_busy(tmp_path: Path, busy_port: int
 
 def serve_args(configs: Sequence[str]) -> list[str]:
     return [arg for pair in configs for arg in ("-c", pair)]
+
+
+def test_missing_topics_json_is_rebuilt_and_data_stays_readable(
+    broker_factory: BrokerFactory,
+) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    broker = broker_factory(configs={"num.partitions": 2})
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(6):
+        producer.produce("kept", value=f"v{i}".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    assert broker.stop() == 0
+    (broker.data_dir / "topics.json").unlink()
+    broker.start()
+    assert "rebuilding the topic list from the partition directories" in broker.log_text(
+        since_start=True
+    )
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe(["kept"])
+        values: set[bytes] = set()
+        for _ in range(60):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                values.add(message.value())
+            if len(values) == 6:
+                break
+    finally:
+        consumer.close()
+    assert values == {f"v{i}".encode() for i in range(6)}
+
+
+@pytest.mark.parametrize(
+    ("name", "garbage"),
+    [("topics.json", b"{not json"), ("meta.properties", b"\x00\x01garbage\n")],
+)
+def test_damaged_metadata_is_refused_with_a_message(
+    broker_factory: BrokerFactory, name: str, garbage: bytes
+) -> None:
+    broker = broker_factory()
+    assert broker.stop() == 0
+    (broker.data_dir / name).write_bytes(garbage)
+    assert_refused(run_serve(broker.data_dir), f"{broker.data_dir / name} is damaged")
