@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -84,10 +84,6 @@ def test_not_ready_while_the_metrics_port_is_busy(tmp_path: Path, busy_port: int
     assert not data_dir.exists()
 
 
-def serve_args(configs: Sequence[str]) -> list[str]:
-    return [arg for pair in configs for arg in ("-c", pair)]
-
-
 def test_missing_topics_json_is_rebuilt_and_data_stays_readable(
     broker_factory: BrokerFactory,
 ) -> None:
@@ -131,3 +127,22 @@ def test_damaged_metadata_is_refused_with_a_message(
     assert broker.stop() == 0
     (broker.data_dir / name).write_bytes(garbage)
     assert_refused(run_serve(broker.data_dir), f"{broker.data_dir / name} is damaged")
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["-c", "num.partitions=0"], "num.partitions: Value must be at least 1"),
+        (["-c", "message.max.bytes=-5"], "message.max.bytes: Value must be at least 0"),
+        (["-c", "default.replication.factor=3"], "default.replication.factor"),
+        (["-c", "log.cleanup.policy=keep"], "log.cleanup.policy"),
+        (["--advertised", "0.0.0.0:9092"], "nonroutable meta-address 0.0.0.0"),
+    ],
+)
+def test_bad_configuration_is_refused(tmp_path: Path, args: list[str], phrase: str) -> None:
+    data_dir = tmp_path / "data"
+    result = run_serve(data_dir, *args)
+    assert_refused(result, "bad configuration", phrase)
+    assert result.returncode == 2
+    assert not data_dir.exists()
+
