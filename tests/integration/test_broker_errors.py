@@ -11,12 +11,8 @@ import pytest
 from kio.schema.api_versions.v3 import ApiVersionsRequest
 from kio.schema.create_topics.v5.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.produce.v8.request import (
-    PartitionProduceData,
-    ProduceRequest,
-    TopicProduceData,
-)
 from rawkafka import RawConnection
+from test_protocol_errors import produce as produce_records
 
 from oncelog.records.codec import RecordInput, encode_batch
 from tests.conftest import BrokerFactory
@@ -48,27 +44,10 @@ def create_topic(conn: RawConnection, name: str, partitions: int) -> ErrorCode:
     return code
 
 
-def produce(conn: RawConnection, topic: str, index: int) -> ErrorCode:
-    response = conn.request(
-        ProduceRequest(
-            transactional_id=None,
-            acks=-1,
-            timeout=datetime.timedelta(seconds=5),
-            topic_data=(
-                TopicProduceData(
-                    name=topic,
-                    partition_data=(
-                        PartitionProduceData(
-                            index=index,
-                            records=encode_batch([RecordInput(key=None, value=b"v")]),
-                        ),
-                    ),
-                ),
-            ),
-        )
+def produce(broker_bootstrap: str, topic: str, index: int) -> ErrorCode:
+    return produce_records(
+        broker_bootstrap, topic, encode_batch([RecordInput(key=None, value=b"v")]), index=index
     )
-    code: ErrorCode = response.responses[0].partition_responses[0].error_code
-    return code
 
 
 def api_versions_ok(conn: RawConnection) -> bool:
@@ -97,10 +76,10 @@ def test_io_error_takes_one_partition_offline(broker_factory: BrokerFactory) -> 
     conn = RawConnection(broker.bootstrap)
     try:
         assert create_topic(conn, "disk", 2) == ErrorCode.none
-        assert produce(conn, "disk", 0) == ErrorCode.none
-        assert produce(conn, "disk", 1) == ErrorCode.kafka_storage_error
-        assert produce(conn, "disk", 1) == ErrorCode.kafka_storage_error
-        assert produce(conn, "disk", 0) == ErrorCode.none
+        assert produce(broker.bootstrap, "disk", 0) == ErrorCode.none
+        assert produce(broker.bootstrap, "disk", 1) == ErrorCode.kafka_storage_error
+        assert produce(broker.bootstrap, "disk", 1) == ErrorCode.kafka_storage_error
+        assert produce(broker.bootstrap, "disk", 0) == ErrorCode.none
         assert api_versions_ok(conn)
     finally:
         conn.close()

@@ -34,7 +34,7 @@ def alive(bootstrap: str) -> bool:
         conn.close()
 
 
-def produce(bootstrap: str, topic: str, records: bytes) -> ErrorCode:
+def produce(bootstrap: str, topic: str, records: bytes, index: int = 0) -> ErrorCode:
     conn = RawConnection(bootstrap)
     try:
         resp = conn.request(
@@ -45,7 +45,7 @@ def produce(bootstrap: str, topic: str, records: bytes) -> ErrorCode:
                 topic_data=(
                     TopicProduceData(
                         name=topic,
-                        partition_data=(PartitionProduceData(index=0, records=records),),
+                        partition_data=(PartitionProduceData(index=index, records=records),),
                     ),
                 ),
             )
