@@ -39,34 +39,77 @@ class ConfigKey:
     parse: Callable[[str], Any]
     default: Any
     doc: str
+    at_least: int | None = None  # Kafka's ConfigDef.Range.atLeast
+    choices: tuple[str, ...] | None = None  # Kafka's ConfigDef.ValidString.in
+
+    def check(self, value: Any) -> None:
+        """ValueError with Kafka's wording when ``value`` is out of range."""
+        if value is None:
+            return
+        if self.at_least is not None and value < self.at_least:
+            raise ValueError(
+                f"Invalid value {value} for configuration {self.name}: "
+                f"Value must be at least {self.at_least}"
+            )
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(
+                f"Invalid value {value} for configuration {self.name}: "
+                f"String must be one of: {', '.join(self.choices)}"
+            )
 
 
-def _key(name: str, parse: Callable[[str], Any], default: Any, doc: str) -> ConfigKey:
-    return ConfigKey(name, parse, default, doc)
+def _key(
+    name: str,
+    parse: Callable[[str], Any],
+    default: Any,
+    doc: str,
+    *,
+    at_least: int | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> ConfigKey:
+    return ConfigKey(name, parse, default, doc, at_least, choices)
 
 
 # Broker configuration keys: Kafka's names and defaults.
 BROKER_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in [
-        _key("node.id", int, 1, "The node id of this broker."),
+        _key("node.id", int, 1, "The node id of this broker.", at_least=0),
         _key("log.dirs", str, "./data", "Where partition data lives."),
         _key("auto.create.topics.enable", _bool, True, "Create topics on first use."),
-        _key("num.partitions", int, 1, "Default partition count of auto-created topics."),
-        _key("default.replication.factor", int, 1, "Replication factor (1 on one node)."),
+        _key(
+            "num.partitions", int, 1, "Default partition count of auto-created topics.", at_least=1
+        ),
+        _key(
+            "default.replication.factor", int, 1, "Replication factor (1 on one node).", at_least=1
+        ),
         _key("delete.topic.enable", _bool, True, "Allow DeleteTopics."),
-        _key("log.segment.bytes", int, 1073741824, "Maximum size of a log segment."),
-        _key("log.roll.ms", _nullable_int, None, "Roll a segment after this long."),
-        _key("log.roll.hours", int, 168, "Roll a segment after this long (hours)."),
+        _key("log.segment.bytes", int, 1073741824, "Maximum size of a log segment.", at_least=14),
+        _key("log.roll.ms", _nullable_int, None, "Roll a segment after this long.", at_least=1),
+        _key("log.roll.hours", int, 168, "Roll a segment after this long (hours).", at_least=1),
         _key("log.retention.ms", _nullable_int, None, "Delete segments older than this."),
         _key("log.retention.minutes", _nullable_int, None, "Retention in minutes."),
         _key("log.retention.hours", int, 168, "Retention in hours."),
         _key("log.retention.bytes", int, -1, "Delete old segments past this size."),
-        _key("log.retention.check.interval.ms", int, 300000, "How often retention runs."),
-        _key("log.cleanup.policy", str, "delete", "delete or compact."),
-        _key("log.index.interval.bytes", int, 4096, "Bytes between index entries."),
-        _key("log.index.size.max.bytes", int, 10485760, "Maximum index file size."),
-        _key("log.flush.interval.messages", int, LONG_MAX, "fsync after this many messages."),
+        _key(
+            "log.retention.check.interval.ms", int, 300000, "How often retention runs.", at_least=1
+        ),
+        _key(
+            "log.cleanup.policy",
+            str,
+            "delete",
+            "delete or compact.",
+            choices=("delete", "compact", "compact,delete", "delete,compact"),
+        ),
+        _key("log.index.interval.bytes", int, 4096, "Bytes between index entries.", at_least=0),
+        _key("log.index.size.max.bytes", int, 10485760, "Maximum index file size.", at_least=4),
+        _key(
+            "log.flush.interval.messages",
+            int,
+            LONG_MAX,
+            "fsync after this many messages.",
+            at_least=1,
+        ),
         _key("log.flush.interval.ms", _nullable_int, None, "fsync after this long."),
         _key("log.flush.scheduler.interval.ms", int, LONG_MAX, "How often to check flushes."),
         _key(
@@ -74,47 +117,89 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             int,
             60000,
             "How often the recovery point checkpoint is written.",
+            at_least=0,
         ),
-        _key("log.message.timestamp.type", str, "CreateTime", "CreateTime or LogAppendTime."),
-        _key("message.max.bytes", int, 1048588, "Largest record batch accepted."),
-        _key("socket.request.max.bytes", int, 104857600, "Largest request accepted."),
-        _key("max.connections", int, INT_MAX, "Maximum open client connections."),
+        _key(
+            "log.message.timestamp.type",
+            str,
+            "CreateTime",
+            "CreateTime or LogAppendTime.",
+            choices=("CreateTime", "LogAppendTime"),
+        ),
+        _key("message.max.bytes", int, 1048588, "Largest record batch accepted.", at_least=0),
+        _key("socket.request.max.bytes", int, 104857600, "Largest request accepted.", at_least=1),
+        _key("max.connections", int, INT_MAX, "Maximum open client connections.", at_least=0),
         _key("connections.max.idle.ms", int, 600000, "Close idle connections after this long."),
-        _key("queued.max.requests", int, 500, "Requests in flight per connection."),
-        _key("offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets."),
-        _key("offsets.topic.replication.factor", int, 1, "Replication of __consumer_offsets."),
-        _key("offsets.topic.segment.bytes", int, 104857600, "Segment size of offsets topic."),
-        _key("offsets.retention.minutes", int, 10080, "Keep offsets of empty groups so long."),
+        _key("queued.max.requests", int, 500, "Requests in flight per connection.", at_least=1),
+        _key(
+            "offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", at_least=1
+        ),
+        _key(
+            "offsets.topic.replication.factor",
+            int,
+            1,
+            "Replication of __consumer_offsets.",
+            at_least=1,
+        ),
+        _key(
+            "offsets.topic.segment.bytes",
+            int,
+            104857600,
+            "Segment size of offsets topic.",
+            at_least=1,
+        ),
+        _key(
+            "offsets.retention.minutes",
+            int,
+            10080,
+            "Keep offsets of empty groups so long.",
+            at_least=1,
+        ),
         _key("offset.metadata.max.bytes", int, 4096, "Largest commit metadata string."),
         _key("group.initial.rebalance.delay.ms", int, 3000, "Wait for more members."),
         _key("group.min.session.timeout.ms", int, 6000, "Smallest session timeout."),
         _key("group.max.session.timeout.ms", int, 1800000, "Largest session timeout."),
-        _key("group.max.size", int, INT_MAX, "Members per group."),
-        _key("producer.id.expiration.ms", int, 86400000, "Forget idle producer ids."),
+        _key("group.max.size", int, INT_MAX, "Members per group.", at_least=1),
+        _key("producer.id.expiration.ms", int, 86400000, "Forget idle producer ids.", at_least=1),
         _key(
             "producer.id.expiration.check.interval.ms",
             int,
             600000,
             "How often producer ids are expired.",
+            at_least=1,
         ),
-        _key("transaction.state.log.num.partitions", int, 50, "Partitions of txn log."),
-        _key("transaction.state.log.segment.bytes", int, 104857600, "Txn log segment size."),
-        _key("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout."),
-        _key("transactional.id.expiration.ms", int, 604800000, "Forget idle transactional ids."),
+        _key("transaction.state.log.num.partitions", int, 50, "Partitions of txn log.", at_least=1),
+        _key(
+            "transaction.state.log.segment.bytes",
+            int,
+            104857600,
+            "Txn log segment size.",
+            at_least=1,
+        ),
+        _key("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout.", at_least=1),
+        _key(
+            "transactional.id.expiration.ms",
+            int,
+            604800000,
+            "Forget idle transactional ids.",
+            at_least=1,
+        ),
         _key(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms",
             int,
             10000,
             "How often timed-out transactions are aborted.",
+            at_least=1,
         ),
         _key(
             "transaction.remove.expired.transaction.cleanup.interval.ms",
             int,
             3600000,
             "How often expired transactional ids are removed.",
+            at_least=1,
         ),
         _key("transaction.two.phase.commit.enable", _bool, False, "Allow KIP-939 2PC."),
-        _key("min.insync.replicas", int, 1, "Minimum in-sync replicas."),
+        _key("min.insync.replicas", int, 1, "Minimum in-sync replicas.", at_least=1),
     ]
 }
 
@@ -162,6 +247,14 @@ class BrokerConfig:
                 self._values[name] = key.parse(text)
             except ValueError as exc:
                 raise ValueError(f"bad value for {name}: {text!r} ({exc})") from None
+            key.check(self._values[name])
+        for name in ("default.replication.factor", "offsets.topic.replication.factor"):
+            if self._values[name] > 1:
+                raise ValueError(
+                    f"Invalid value {self._values[name]} for configuration {name}: "
+                    "replication factor larger than the 1 available broker "
+                    "(oncelog serve runs a single node)"
+                )
 
     @classmethod
     def from_sources(
@@ -242,8 +335,12 @@ class LogConfig:
             ts_type = values["message.timestamp.type"]
             if ts_type not in ("CreateTime", "LogAppendTime"):
                 raise ValueError(ts_type)
-            if values["cleanup.policy"] not in ("delete", "compact", "compact,delete",
-                                                "delete,compact"):
+            if values["cleanup.policy"] not in (
+                "delete",
+                "compact",
+                "compact,delete",
+                "delete,compact",
+            ):
                 raise ValueError(values["cleanup.policy"])
             config = cls(
                 segment_bytes=int(values["segment.bytes"]),

@@ -8,10 +8,17 @@ two markers, ...). Unset, each point costs one set lookup.
 Points: ``txn.logged.<State>`` after a transaction-log record of that state is appended
 (e.g. ``txn.logged.Ongoing``, ``txn.logged.PrepareCommit``); ``markers.after_first`` after
 the first of several markers of one transaction is appended.
+
+Two more hooks make failures that are hard to cause from outside:
+``ONCELOG_FAIL_API=key[,key...]`` makes the handler of those API keys raise RuntimeError
+(the server must still answer), and ``ONCELOG_IO_ERROR_AT=op:topic-partition[,...]`` makes
+that partition's log operation (``append``, ``read``, ``flush``, ...) raise OSError(EIO), as
+a failing disk would.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -27,3 +34,17 @@ def crash_point(name: str) -> None:
         for handler in logging.getLogger().handlers:
             handler.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+FAIL_APIS = frozenset(int(k) for k in os.environ.get("ONCELOG_FAIL_API", "").split(",") if k)
+IO_ERRORS = frozenset(p for p in os.environ.get("ONCELOG_IO_ERROR_AT", "").split(",") if p)
+
+
+def handler_fault(api_key: int) -> None:
+    if FAIL_APIS and api_key in FAIL_APIS:
+        raise RuntimeError(f"injected handler failure for API {api_key} (ONCELOG_FAIL_API)")
+
+
+def io_fault(operation: str, partition: str) -> None:
+    if IO_ERRORS and f"{operation}:{partition}" in IO_ERRORS:
+        raise OSError(errno.EIO, f"injected I/O error ({operation}, ONCELOG_IO_ERROR_AT)")

@@ -1,7 +1,10 @@
 """The broker: wires storage, coordinators and the server, and owns every background task.
 
-Start-up order: load topics (recovering logs), create internal topics, load the group
-coordinator from ``__consumer_offsets``, start listening, then announce readiness. All
+Start-up order: bind every listener (the metrics endpoint included), so that a busy port
+fails before the data directory is touched; lock the data directory (one broker per
+directory); read meta.properties; load topics (recovering logs), create internal topics,
+load the group coordinator from ``__consumer_offsets``; start accepting; then announce
+readiness. All
 background work (flush scheduler, retention, the group coordinator's timers) runs as tasks
 in one TaskGroup that is cancelled when the broker stops; each loop sleeps between runs, so
 a sweep never overlaps the next.
@@ -11,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
+from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.markers import LocalMarkerWriter
-from oncelog.broker.metrics import serve_metrics
+from oncelog.broker.metrics import bind_metrics, serve_metrics
 from oncelog.broker.offsets_store import LogOffsetsStore
 from oncelog.broker.partitions import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, PartitionRegistry
 from oncelog.broker.server import Server
@@ -26,11 +29,8 @@ from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
-from oncelog.storage.files import atomic_write
 
 log = logging.getLogger(__name__)
-
-META_FILE = "meta.properties"
 
 
 class Broker:
@@ -57,6 +57,7 @@ class Broker:
         self.transactions: TransactionCoordinator
         self.producer_ids: ProducerIdManager
         self.server = Server(self, self.listen_host, self.listen_port)
+        self._lock = DataDirLock(data_dir)
         self._stop = asyncio.Event()
 
     @property
@@ -67,41 +68,28 @@ class Broker:
     def advertised_port(self) -> int:
         return self._advertised[1] if self._advertised else self.server.port
 
-    def _load_meta(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        path = self.data_dir / META_FILE
-        values: dict[str, str] = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if "=" in line and not line.startswith("#"):
-                    key, _, value = line.partition("=")
-                    values[key.strip()] = value.strip()
-        if "cluster.id" not in values:
-            values["cluster.id"] = uuid.uuid4().hex[:22]
-            values["node.id"] = str(self.node_id)
-            atomic_write(path, "".join(f"{k}={v}\n" for k, v in values.items()).encode())
-        self.cluster_id = values["cluster.id"]
-
     def _start_storage(self) -> None:
         api.load_all()
-        self._load_meta()
-        self.partitions.load()
-        self.partitions.ensure_internal_topic(
-            OFFSETS_TOPIC,
-            int(self.config["offsets.topic.num.partitions"]),
-            {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-            },
-        )
-        self.partitions.ensure_internal_topic(
-            TRANSACTION_STATE_TOPIC,
-            int(self.config["transaction.state.log.num.partitions"]),
-            {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
-            },
-        )
+        self.cluster_id = load_meta(self.data_dir, self.node_id).cluster_id
+        internal = {
+            OFFSETS_TOPIC: (
+                int(self.config["offsets.topic.num.partitions"]),
+                {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+                },
+            ),
+            TRANSACTION_STATE_TOPIC: (
+                int(self.config["transaction.state.log.num.partitions"]),
+                {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+                },
+            ),
+        }
+        self.partitions.load({name: configs for name, (_, configs) in internal.items()})
+        for name, (count, configs) in internal.items():
+            self.partitions.ensure_internal_topic(name, count, configs)
         self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
         store = LogOffsetsStore(self.partitions, OFFSETS_TOPIC, self.clock)
         self.groups = GroupCoordinator(self.config, store, self.clock)
@@ -120,7 +108,20 @@ class Broker:
 
     async def run(self, on_ready: Callable[[str, int], None] | None = None) -> None:
         """Serve until request_stop(); then drain, flush and write checkpoints."""
-        self._start_storage()
+        await self.server.bind()
+        metrics_server = None
+        if self.metrics_listen is not None:
+            metrics_server = await bind_metrics(self, *self.metrics_listen)
+        self._lock.acquire()
+        try:
+            self._start_storage()
+            await self._serve(on_ready, metrics_server)
+        finally:
+            self._lock.release()
+
+    async def _serve(
+        self, on_ready: Callable[[str, int], None] | None, metrics_server: asyncio.Server | None
+    ) -> None:
         await self.server.start()
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -138,8 +139,8 @@ class Broker:
                                 self._retention_tick),
                     name="log-retention",
                 )
-                if self.metrics_listen is not None:
-                    tasks.create_task(serve_metrics(self, *self.metrics_listen), name="metrics")
+                if metrics_server is not None:
+                    tasks.create_task(serve_metrics(metrics_server), name="metrics")
                 if on_ready is not None:
                     on_ready(self.listen_host, self.server.port)
                 log.info("broker %d serving on %s:%d (advertised %s:%d), cluster %s",

@@ -279,17 +279,22 @@ async def _handle(
             await writer.wait_closed()
 
 
-async def serve_metrics(broker: Broker, host: str, port: int) -> None:
-    """Answer ``GET /metrics`` on ``host:port`` until cancelled (an OSError if the address
-    cannot be bound)."""
+async def bind_metrics(broker: Broker, host: str, port: int) -> asyncio.Server:
+    """Bind ``host:port`` for ``GET /metrics`` without accepting yet (an OSError if the
+    address cannot be bound); ``serve_metrics`` then serves it."""
 
     def scrape() -> str:
         return render(collect(broker))
 
-    server = await asyncio.start_server(
-        functools.partial(_handle, scrape), host, port, limit=_MAX_REQUEST_HEAD
+    return await asyncio.start_server(
+        functools.partial(_handle, scrape), host, port, limit=_MAX_REQUEST_HEAD,
+        start_serving=False,
     )
-    bound = server.sockets[0].getsockname() if server.sockets else (host, port)
+
+
+async def serve_metrics(server: asyncio.Server) -> None:
+    """Answer ``GET /metrics`` on a bound server until cancelled."""
+    bound = server.sockets[0].getsockname()
     log.info("metrics on http://%s:%d%s", bound[0], bound[1], METRICS_PATH)
     async with server:
         await server.serve_forever()

@@ -8,18 +8,22 @@ On a single node the high watermark is the log end offset once an append has ret
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
+from oncelog.broker.datadir import DataDirError
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.faults import io_fault
 from oncelog.records.batch import BatchHeader
 from oncelog.storage.files import atomic_write
 from oncelog.storage.log import AppendResult
@@ -33,6 +37,43 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 CATALOG_FILE = "topics.json"
+
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<index>[0-9]+)$")
+
+
+def _partition_dirs(data_dir: Path) -> dict[str, int]:
+    """Topic name -> partition count, from the ``<topic>-<partition>`` directories."""
+    counts: dict[str, int] = {}
+    for entry in data_dir.iterdir():
+        match = _PARTITION_DIR.match(entry.name)
+        if match and entry.is_dir():
+            topic, index = match["topic"], int(match["index"])
+            counts[topic] = max(counts.get(topic, 0), index + 1)
+    return counts
+
+
+def _read_catalog(path: Path) -> dict[str, TopicInfo]:
+    """The topics of ``topics.json``; DataDirError, saying how to recover, if unreadable."""
+    try:
+        raw = json.loads(path.read_bytes())
+        topics: dict[str, TopicInfo] = {}
+        for entry in raw["topics"]:
+            info = TopicInfo(
+                name=str(entry["name"]),
+                topic_id=uuid.UUID(entry["topic_id"]),
+                partitions=int(entry["partitions"]),
+                configs={str(k): str(v) for k, v in entry.get("configs", {}).items()},
+            )
+            topics[info.name] = info
+        return topics
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DataDirError(
+            f"{path} is damaged ({type(exc).__name__}: {exc}); to recover, move it aside "
+            f"(mv {path} {path}.damaged) and start again: the topic list is then rebuilt "
+            "from the partition directories, with new topic ids and broker-default topic "
+            "configs (set any per-topic configs again afterwards)"
+        ) from None
 
 
 def validate_topic_name(name: str) -> None:
@@ -60,16 +101,79 @@ class TopicInfo:
         return self.name in INTERNAL_TOPICS
 
 
-class Partition:
-    """One partition: its log plus the futures of fetches waiting for new data."""
+class _GuardedLog:
+    """A partition's log seen through its I/O-error boundary.
 
-    __slots__ = ("_waiters", "index", "log", "topic")
+    Every method call of the wrapped UnifiedLog that raises OSError (disk full, permission,
+    EIO) takes the partition offline, as Kafka's log-directory failure handling does
+    (``LogDirFailureChannel``, ``ReplicaManager.handleLogDirFailure``), and becomes
+    KafkaError(KAFKA_STORAGE_ERROR); once offline, every method call raises it without
+    touching the files. Attribute reads (offsets, config, producer state) stay available:
+    they are in memory, and they let handlers answer the error per partition.
+    """
+
+    __slots__ = ("_log", "_partition")
+
+    def __init__(self, log: UnifiedLog, partition: Partition) -> None:
+        self._log = log
+        self._partition = partition
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._log, name)
+        if not callable(value):
+            return value
+        partition = self._partition
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if partition.offline is not None:
+                raise partition.storage_error()
+            try:
+                io_fault(name, partition.name)
+                return value(*args, **kwargs)
+            except OSError as exc:
+                partition.take_offline(name, exc)
+                raise partition.storage_error() from exc
+
+        return guarded
+
+
+class Partition:
+    """One partition: its log plus the futures of fetches waiting for new data.
+
+    ``log`` is the partition's UnifiedLog behind its I/O-error boundary (``_GuardedLog``);
+    ``offline`` says why the partition was taken offline, None while it is healthy.
+    """
+
+    __slots__ = ("_waiters", "index", "log", "offline", "raw_log", "topic")
 
     def __init__(self, topic: str, index: int, log: UnifiedLog) -> None:
         self.topic = topic
         self.index = index
-        self.log = log
+        self.raw_log = log
+        self.log: UnifiedLog = cast(UnifiedLog, _GuardedLog(log, self))
+        self.offline: str | None = None
         self._waiters: set[asyncio.Future[None]] = set()
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    def take_offline(self, operation: str, exc: OSError) -> None:
+        """Stop using this partition's files after an I/O error (until a restart)."""
+        if self.offline is None:
+            self.offline = f"{operation} failed: {exc}"
+            log.error(
+                "partition %s is offline: I/O error during %s in %s: %s; answering "
+                "KAFKA_STORAGE_ERROR for it until the broker is restarted with the disk fixed",
+                self.name, operation, self.raw_log.directory, exc,
+            )
+        self.wake_waiters()
+
+    def storage_error(self) -> KafkaError:
+        return KafkaError(
+            ErrorCode.kafka_storage_error,
+            f"partition {self.name} is offline ({self.offline}) in {self.raw_log.directory}",
+        )
 
     @property
     def high_watermark(self) -> int:
@@ -126,24 +230,54 @@ class PartitionRegistry:
         self._partitions: dict[tuple[str, int], Partition] = {}
 
     # -- loading and the catalog -------------------------------------------------------
-    def load(self) -> None:
+    def load(self, internal_configs: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        """Read the catalog and open every partition.
+
+        The partition directories are the truth about what data exists: a topic whose
+        directories are on disk but which the catalog does not list (``topics.json`` missing,
+        or an entry lost) is rebuilt from them, with a new topic id and the broker's default
+        configs (``internal_configs`` for internal topics), and a warning saying so. A
+        catalog that cannot be read refuses the start (DataDirError) with how to recover.
+        """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / CATALOG_FILE
         if path.exists():
-            raw = json.loads(path.read_text())
-            for entry in raw["topics"]:
-                info = TopicInfo(
-                    name=entry["name"],
-                    topic_id=uuid.UUID(entry["topic_id"]),
-                    partitions=int(entry["partitions"]),
-                    configs=dict(entry.get("configs", {})),
-                )
-                self.topics[info.name] = info
+            self.topics = _read_catalog(path)
+        elif _partition_dirs(self.data_dir):
+            log.warning("%s is missing; rebuilding the topic list from the partition "
+                        "directories in %s", path, self.data_dir)
+        if self._adopt_partition_dirs(internal_configs or {}):
+            self._write_catalog()
         for info in self.topics.values():
             log_config = LogConfig.resolve(self.config, info.configs)
             for index in range(info.partitions):
                 self._open_partition(info.name, index, log_config)
         log.info("loaded %d topics, %d partitions", len(self.topics), len(self._partitions))
+
+    def _adopt_partition_dirs(self, internal_configs: Mapping[str, Mapping[str, str]]) -> bool:
+        """Add to the catalog what the partition directories show it lacks; True if any."""
+        changed = False
+        for topic, count in sorted(_partition_dirs(self.data_dir).items()):
+            info = self.topics.get(topic)
+            if info is None:
+                configs = dict(internal_configs.get(topic, {}))
+                info = TopicInfo(topic, uuid.uuid4(), count, configs)
+                self.topics[topic] = info
+                log.warning(
+                    "topic %s was not in %s: rebuilt from its partition directories with %d "
+                    "partitions, new topic id %s, configs %s (per-topic configs cannot be "
+                    "rebuilt from the data: any it had are lost)",
+                    topic, CATALOG_FILE, count, info.topic_id, configs or "broker defaults",
+                )
+                changed = True
+            elif count > info.partitions:
+                log.warning(
+                    "topic %s has partition directories up to %d but %s lists %d partitions: "
+                    "keeping all %d", topic, count - 1, CATALOG_FILE, info.partitions, count,
+                )
+                info.partitions = count
+                changed = True
+        return changed
 
     def _write_catalog(self) -> None:
         payload = {
@@ -177,6 +311,8 @@ class PartitionRegistry:
         partition = self._partitions.get((topic, index))
         if partition is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index}")
+        if partition.offline is not None:
+            raise partition.storage_error()
         return partition
 
     def find(self, topic: str, index: int) -> Partition | None:
@@ -252,7 +388,8 @@ class PartitionRegistry:
             partition = self._partitions.pop((name, index), None)
             if partition is not None:
                 partition.wake_waiters()
-                partition.log.delete()
+                with contextlib.suppress(OSError):  # the rmtree below is the fallback
+                    partition.raw_log.delete()
         # Remove any directory the log did not (e.g. a partially created one).
         for index in range(info.partitions):
             shutil.rmtree(self.data_dir / f"{name}-{index}", ignore_errors=True)
@@ -282,26 +419,42 @@ class PartitionRegistry:
         return LogConfig.resolve(self.config, self.topics[name].configs)
 
     # -- maintenance ----------------------------------------------------------------------
+    def _each_online(self, operation: Callable[[Partition], int]) -> int:
+        """Run ``operation`` on every online partition; one partition's storage error (which
+        took it offline) does not stop the others."""
+        total = 0
+        for partition in self.partitions():
+            if partition.offline is not None:
+                continue
+            try:
+                total += operation(partition)
+            except KafkaError as exc:
+                log.warning("skipping partition %s: %s", partition.name, exc)
+        return total
+
     def maybe_flush_all(self) -> None:
         now = self.clock.now_ms()
-        for partition in self.partitions():
-            partition.log.maybe_flush(now)
+        self._each_online(lambda p: int(p.log.maybe_flush(now)))
 
     def flush_all(self) -> None:
-        for partition in self.partitions():
+        def flush(partition: Partition) -> int:
             partition.log.flush()
+            return 0
+
+        self._each_online(flush)
 
     def remove_expired_producers(self) -> int:
         now = self.clock.now_ms()
-        return sum(len(p.log.remove_expired_producers(now)) for p in self.partitions())
+        return self._each_online(lambda p: len(p.log.remove_expired_producers(now)))
 
     def apply_retention(self) -> int:
-        deleted = 0
-        for partition in self.partitions():
-            deleted += partition.log.apply_retention()
-        return deleted
+        return self._each_online(lambda p: p.log.apply_retention())
 
     def close(self) -> None:
+        def close(partition: Partition) -> int:
+            partition.log.close()
+            return 0
+
         for partition in self.partitions():
             partition.wake_waiters()
-            partition.log.close()
+        self._each_online(close)

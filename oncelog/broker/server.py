@@ -4,7 +4,9 @@ Each connection reads one frame at a time and answers in order, as Kafka does (c
 pipeline; responses keep request order). Errors are translated here, at one boundary:
 an unknown API key or version, or a malformed request, is logged and the connection is
 closed (Kafka does the same); an unsupported ApiVersions version is answered in v0 format
-with UNSUPPORTED_VERSION so the client can fall back.
+with UNSUPPORTED_VERSION so the client can fall back. A decoded request whose handler fails
+is always answered (``oncelog.protocol.error_response``): UNKNOWN_SERVER_ERROR, or the code
+of a KafkaError, in every entry, and the connection stays open.
 """
 
 from __future__ import annotations
@@ -12,18 +14,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.api import HANDLERS, RequestContext
-from oncelog.errors import KafkaError
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.faults import handler_fault
 from oncelog.protocol import versions
 from oncelog.protocol.codec import (
     FrameTooLarge,
+    RequestHeader,
     decode_request,
     encode_response,
     frame_size,
     parse_request_header,
 )
+from oncelog.protocol.error_response import error_response
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -43,12 +48,22 @@ class Server:
         self._busy: set[asyncio.Task[None]] = set()  # connections inside a request
         self._stopping = False
 
-    async def start(self) -> None:
+    async def bind(self) -> None:
+        """Bind the listening socket without accepting yet (an OSError if the address is
+        busy), so that a busy port fails before the data directory is touched."""
         self._server = await asyncio.start_server(
-            self._on_connection, self.host, self.port, reuse_address=True, limit=2**20
+            self._on_connection, self.host, self.port, reuse_address=True, limit=2**20,
+            start_serving=False,
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+
+    async def start(self) -> None:
+        """Accept connections (binding first if ``bind`` was not called)."""
+        if self._server is None:
+            await self.bind()
+        assert self._server is not None
+        await self._server.start_serving()
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish, then close every connection."""
@@ -174,13 +189,40 @@ class Server:
             broker=self.broker,
         )
         try:
+            handler_fault(header.api_key)
             response = await handler(ctx, request)
-        except Exception:
-            log.exception(
-                "handler for API %d v%d from client %s failed; closing connection",
-                header.api_key, header.api_version, header.client_id,
-            )
-            return False
+        except Exception as exc:
+            return self._error_response(header, request, exc)
         if response is None:
             return None
         return encode_response(header.api_key, header.api_version, header.correlation_id, response)
+
+    def _error_response(self, header: RequestHeader, request: Any, exc: Exception) -> bytes | bool:
+        """Answer a request whose handler failed, as Kafka does: its response with the error
+        code in every entry (UNKNOWN_SERVER_ERROR unless the error carries a code). An
+        acks=0 Produce has no response, so its connection is closed, as Kafka does."""
+        if isinstance(exc, KafkaError):
+            code, message = exc.code, exc.message
+            log.warning(
+                "handler for API %d v%d from client %s failed: %s; answering %s",
+                header.api_key, header.api_version, header.client_id, exc, code.name,
+            )
+        else:
+            code, message = ErrorCode.unknown_server_error, "unexpected server error"
+            log.exception(
+                "handler for API %d v%d from client %s failed; answering UNKNOWN_SERVER_ERROR",
+                header.api_key, header.api_version, header.client_id,
+            )
+        if header.api_key == PRODUCE_API_KEY and getattr(request, "acks", -1) == 0:
+            return False
+        try:
+            body = error_response(header.api_key, header.api_version, request, code, message)
+            return encode_response(
+                header.api_key, header.api_version, header.correlation_id, body
+            )
+        except Exception:
+            log.exception(
+                "cannot build the error response of API %d v%d; closing the connection",
+                header.api_key, header.api_version,
+            )
+            return False

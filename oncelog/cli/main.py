@@ -15,6 +15,8 @@ from pathlib import Path
 
 from oncelog.config import BrokerConfig
 
+NONROUTABLE_HOSTS = frozenset({"0.0.0.0", "::"})
+
 
 def _host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def serve(args: argparse.Namespace) -> int:
     from oncelog.broker.broker import Broker
+    from oncelog.broker.datadir import DataDirError
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -64,6 +67,15 @@ def serve(args: argparse.Namespace) -> int:
         config = BrokerConfig.from_sources(args.config_file, pairs)
     except (OSError, ValueError) as exc:
         print(f"oncelog: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    advertised_host = (args.advertised or args.listen)[0]
+    if advertised_host in NONROUTABLE_HOSTS:
+        print(
+            f"oncelog: bad configuration: the advertised address cannot use the nonroutable "
+            f"meta-address {advertised_host}; clients could not connect to it. Use a routable "
+            "address: --advertised HOST:PORT (needed when --listen is 0.0.0.0)",
+            file=sys.stderr,
+        )
         return 2
     data_dir = args.data_dir or Path(config["log.dirs"])
     broker = Broker(
@@ -85,6 +97,9 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main())
+    except DataDirError as exc:
+        print(f"oncelog: cannot serve: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"oncelog: cannot serve: {exc}", file=sys.stderr)
         return 1

@@ -84,9 +84,14 @@ def request_once(bootstrap: str, request: Any) -> Any:
 
 
 def produce(
-    conn: RawConnection, topic: str, records: bytes, transactional_id: str | None = None
+    conn: RawConnection,
+    topic: str,
+    records: bytes,
+    transactional_id: str | None = None,
+    *,
+    index: int = 0,
 ) -> Any:
-    """One Produce v8 (acks=all) of ``records`` to partition 0; its partition response."""
+    """One Produce v8 (acks=all) of ``records`` to partition ``index``; its response."""
     resp = conn.request(
         ProduceRequest(
             transactional_id=transactional_id,
@@ -94,7 +99,7 @@ def produce(
             timeout=datetime.timedelta(seconds=5),
             topic_data=(
                 TopicProduceData(
-                    name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
+                    name=topic, partition_data=(PartitionProduceData(index=index, records=records),)
                 ),
             ),
         )

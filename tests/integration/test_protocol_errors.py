@@ -30,10 +30,10 @@ def alive(bootstrap: str) -> bool:
         conn.close()
 
 
-def produce(bootstrap: str, topic: str, records: bytes) -> ErrorCode:
+def produce(bootstrap: str, topic: str, records: bytes, index: int = 0) -> ErrorCode:
     conn = RawConnection(bootstrap)
     try:
-        return raw_produce(conn, topic, records).error_code
+        return raw_produce(conn, topic, records, index=index).error_code
     finally:
         conn.close()
 

@@ -4,7 +4,8 @@ A handler is ``async def handle_x(ctx: RequestContext, request) -> response`` re
 ``@handles(API_KEY, min_version, max_version)``. Handlers are thin: validate, call the owner
 (partition registry, group coordinator, ...), build the response with
 ``oncelog.protocol.build.make``. KafkaError raised by owners becomes an error code in the
-response at the handler; anything else is logged by the server and closes the connection.
+response at the handler; anything else is logged by the server, which answers the request
+with UNKNOWN_SERVER_ERROR in every entry (see ``oncelog.protocol.error_response``).
 """
 
 from __future__ import annotations

@@ -209,12 +209,9 @@ def test_serve_metrics_over_a_socket() -> None:
     broker = fake_broker([described("plain", TransactionState.ONGOING, NOW - 50)])
 
     async def body() -> bytes:
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        task = asyncio.create_task(metrics.serve_metrics(broker, "127.0.0.1", port))
+        server = await metrics.bind_metrics(broker, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        task = asyncio.create_task(metrics.serve_metrics(server))
         try:
             for _ in range(100):
                 try:
