@@ -41,3 +41,29 @@ def test_unexpected_error_in_a_produce_task_fails_its_records(
         assert meta.offset == 1
     finally:
         producer.close(5)  # bounded: without the fix the lost batch would block close
+
+
+def test_raising_on_delivery_for_a_refused_send_does_not_stop_the_producer(
+    shared_broker: BrokerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = unique_topic("callback-bug")
+    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
+        admin.create_topic(topic, 1)
+    reports: list[KafkaClientError | None] = []
+
+    def raising(err: KafkaClientError | None, meta: object) -> None:
+        reports.append(err)
+        raise ValueError("user callback bug")
+
+    producer = Producer({"bootstrap.servers": shared_broker.bootstrap})
+    try:
+        refused = producer.send(topic, b"x", partition=5, on_delivery=raising)
+        with pytest.raises(KafkaClientError, match="no partition 5"):
+            refused.result(10)
+        # The callback raised on the facade's processing task: later sends still go out.
+        assert producer.send(topic, b"after").result(10).offset == 0
+        assert producer.flush(10) == 0
+    finally:
+        producer.close(5)
+    assert len(reports) == 1 and reports[0] is not None
+    assert "on_delivery callback raised" in caplog.text
