@@ -4,13 +4,17 @@ as "Task exception was never retrieved" with the futures left pending forever.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
-from oncelog.client import Admin, Producer
+from oncelog.client import Admin, Producer, TxnState
 from oncelog.client.accumulator import ProducerBatch
-from oncelog.client.errors import KafkaClientError
+from oncelog.client.aio.producer import AIOProducer
+from oncelog.client.errors import KafkaClientError, TransactionAbortableError
 from tests.support.broker import BrokerProcess
-from tests.support.names import unique_topic
+from tests.support.names import unique_name, unique_topic
 
 
 def test_unexpected_error_in_a_produce_task_fails_its_records(
@@ -67,3 +71,43 @@ def test_raising_on_delivery_for_a_refused_send_does_not_stop_the_producer(
         producer.close(5)
     assert len(reports) == 1 and reports[0] is not None
     assert "on_delivery callback raised" in caplog.text
+
+
+def test_unexpected_error_adding_partitions_makes_the_transaction_abortable(
+    shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = unique_topic("add-partitions-bug")
+    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
+        admin.create_topic(topic, 1)
+    original = AIOProducer._txn_coordinator_call
+    attempts: list[str] = []
+
+    async def broken(
+        self: AIOProducer, api_key: int, build: Callable[[int], Any], what: str, check: Any
+    ) -> Any:
+        if what == "AddPartitionsToTxn":
+            attempts.append(what)
+            raise RuntimeError("add-partitions bug")
+        return await original(self, api_key, build, what, check)
+
+    producer = Producer(
+        {"bootstrap.servers": shared_broker.bootstrap, "transactional.id": unique_name("txn")}
+    )
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        monkeypatch.setattr(AIOProducer, "_txn_coordinator_call", broken)
+        future = producer.send(topic, b"lost")
+        with pytest.raises(TransactionAbortableError, match="RuntimeError: add-partitions bug"):
+            future.result(10)
+        with pytest.raises(TransactionAbortableError, match="add-partitions bug"):
+            producer.commit_transaction(10)
+        assert producer.transaction_state is TxnState.ABORTABLE_ERROR
+        assert attempts == ["AddPartitionsToTxn"]  # not started again on every sender loop
+        monkeypatch.undo()
+        producer.abort_transaction(10)
+        producer.begin_transaction()
+        assert producer.send(topic, b"after").result(10).offset == 0
+        producer.commit_transaction(10)
+    finally:
+        producer.close(5)

@@ -129,6 +129,17 @@ class _Delivery:
         self.timestamp = timestamp
 
 
+def _unexpected(what: str, exc: Exception) -> KafkaClientError:
+    """A bug or an unexpected response in ``what``: logged with its traceback, and turned
+    into the client error that reports it (``exc`` is its cause)."""
+    logger.error("%s failed unexpectedly", what, exc_info=exc)
+    error = KafkaClientError(
+        f"{what} failed: {type(exc).__name__}: {exc}", ErrorCode.unknown_server_error
+    )
+    error.__cause__ = exc
+    return error
+
+
 def _txn_error(code: ErrorCode, what: str) -> KafkaClientError:
     """A transactional coordinator error, classified."""
     if code in _FENCING:
@@ -404,17 +415,7 @@ class AIOProducer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug or an unexpected response: fail the records, loudly
-            logger.exception("produce to node %d failed", leader)
-            error = KafkaClientError(
-                f"produce to node {leader} failed: {type(exc).__name__}: {exc}",
-                ErrorCode.unknown_server_error,
-            )
-            for b in batches:
-                if all(d.future.done() for d in b.handles):
-                    continue  # completed before the failure
-                if b.has_sequence:
-                    self._on_unresolved_sequence(error)  # it may or may not have been written
-                self._fail_batch(b, error)
+            self._fail_unexpectedly(batches, _unexpected(f"produce to node {leader}", exc))
         finally:
             for b in batches:
                 self._in_flight.discard(b.tp)
@@ -549,6 +550,18 @@ class AIOProducer:
             self._enter_abortable(exc)
         self._fail_batch(batch, exc)
 
+    def _fail_unexpectedly(self, batches: list[ProducerBatch], error: KafkaClientError) -> None:
+        """Fail the records of ``batches`` not yet completed after an unexpected error; one
+        that was sent may or may not have been written, so its sequence is unresolved."""
+        for b in batches:
+            if all(d.future.done() for d in b.handles):
+                continue  # completed before the failure
+            if b.has_sequence:
+                self._on_unresolved_sequence(error)
+            elif self.transactional_id is not None:
+                self._enter_abortable(error)  # the transaction has lost records
+            self._fail_batch(b, error)
+
     def _on_unresolved_sequence(self, exc: KafkaClientError) -> None:
         """The broker's view of our sequences is unknown or broken: bump the epoch."""
         if not self.idempotent:
@@ -588,12 +601,11 @@ class AIOProducer:
 
     def _enter_abortable(self, exc: KafkaClientError) -> None:
         if self.txn.can(TxnEvent.ABORTABLE_ERROR):
-            self.txn.fire(
-                TxnEvent.ABORTABLE_ERROR,
-                exc
-                if isinstance(exc, AbortableError)
-                else TransactionAbortableError(str(exc), exc.code),
-            )
+            error = exc
+            if not isinstance(exc, AbortableError):
+                error = TransactionAbortableError(str(exc), exc.code)
+                error.__cause__ = exc
+            self.txn.fire(TxnEvent.ABORTABLE_ERROR, error)
 
     # ------------------------------------------------------------------ producer ids
 
@@ -820,12 +832,17 @@ class AIOProducer:
             )
         except FatalError:
             return
-        except KafkaClientError as exc:
-            self._enter_abortable(exc)
+        except Exception as exc:
+            # An error code, or a bug / unexpected response (unknown whether the partitions
+            # joined): as Java's AddPartitionsToTxnHandler, the transaction becomes abortable.
+            error = (
+                exc if isinstance(exc, KafkaClientError) else _unexpected("AddPartitionsToTxn", exc)
+            )
+            self._enter_abortable(error)
             for tp in tps:
                 self._txn_pending_partitions.discard(tp)
             for batch in self.accumulator.remove_all():
-                self._fail_batch(batch, self.txn.error or exc)
+                self._fail_batch(batch, self.txn.error or error)
             return
         finally:
             self._wakeup.set()
