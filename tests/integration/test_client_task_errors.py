@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from oncelog.client import Admin, Producer, TxnState
-from oncelog.client.accumulator import ProducerBatch
+from oncelog.client.accumulator import ProducerBatch, RecordAccumulator
 from oncelog.client.aio.producer import AIOProducer
 from oncelog.client.errors import KafkaClientError, TransactionAbortableError
 from tests.support.broker import BrokerProcess
@@ -109,5 +109,37 @@ def test_unexpected_error_adding_partitions_makes_the_transaction_abortable(
         producer.begin_transaction()
         assert producer.send(topic, b"after").result(10).offset == 0
         producer.commit_transaction(10)
+    finally:
+        producer.close(5)
+
+
+@pytest.mark.parametrize(
+    ("owner", "method"),
+    [(AIOProducer, "_prepare_batch"), (RecordAccumulator, "ready")],
+    ids=["drained-batch", "queued-batch"],
+)
+def test_unexpected_error_in_the_sender_fails_the_records_it_was_handling(
+    shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch, owner: type, method: str
+) -> None:
+    topic = unique_topic("sender-bug")
+    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
+        admin.create_topic(topic, 1)
+
+    def broken(*args: object, **kwargs: object) -> Any:
+        raise RuntimeError("sender bug")
+
+    reports: list[KafkaClientError | None] = []
+    producer = Producer({"bootstrap.servers": shared_broker.bootstrap})
+    try:
+        producer.send(topic, b"before").result(30)
+        monkeypatch.setattr(owner, method, broken)
+        future = producer.send(topic, b"lost", on_delivery=lambda err, meta: reports.append(err))
+        assert producer.flush(10) == 0  # settled, not left pending
+        with pytest.raises(KafkaClientError, match="RuntimeError: sender bug") as info:
+            future.result(0)
+        assert isinstance(info.value.__cause__, RuntimeError)
+        assert len(reports) == 1 and reports[0] is not None
+        monkeypatch.undo()
+        assert producer.send(topic, b"after").result(30).offset == 1
     finally:
         producer.close(5)

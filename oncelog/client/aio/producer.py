@@ -190,6 +190,8 @@ class AIOProducer:
         self._wakeup = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
         self._request_tasks: set[asyncio.Task[None]] = set()
+        # Batches the sender drained and has not yet handed to a produce task.
+        self._sender_batches: list[ProducerBatch] = []
         self._closed = False
         self._pid_lock = asyncio.Lock()
         self._send_lock = asyncio.Lock()
@@ -327,11 +329,22 @@ class AIOProducer:
                 except KafkaClientError as exc:
                     logger.warning("producer sender: %s", exc)
                     await asyncio.sleep(self.client.backoff_s(0))
-                except Exception:
-                    logger.exception("producer sender crashed; retrying")
+                except Exception as exc:  # a bug or an unexpected response
+                    self._on_sender_error(_unexpected("producer sender", exc))
                     await asyncio.sleep(self.client.backoff_s(3))
         except asyncio.CancelledError:
             pass
+
+    def _on_sender_error(self, error: KafkaClientError) -> None:
+        """The sender loop failed unexpectedly: fail the batches it held and those queued
+        (it would only meet the same failure again), so that their futures, callbacks and
+        ``flush`` learn of it instead of waiting forever. Batches in flight finish on
+        their own. The loop then goes on with the records sent after this."""
+        held, self._sender_batches = self._sender_batches, []
+        for batch in held:
+            self._in_flight.discard(batch.tp)
+        self._fail_unexpectedly(held + self.accumulator.remove_all(), error)
+        self._wakeup.set()
 
     async def _sender_iteration(self) -> None:
         now = _mono_ms()
@@ -388,10 +401,12 @@ class AIOProducer:
             batches = self.accumulator.drain(tps, self.config["max.request.size"])
             if not batches:
                 continue
+            self._sender_batches = batches
             for batch in batches:
                 self._prepare_batch(batch)
                 self._in_flight.add(batch.tp)
             task = asyncio.get_running_loop().create_task(self._produce(leader, batches))
+            self._sender_batches = []  # the produce task owns them now
             self._request_tasks.add(task)
             task.add_done_callback(self._request_tasks.discard)
 
