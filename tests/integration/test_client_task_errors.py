@@ -4,17 +4,19 @@ as "Task exception was never retrieved" with the futures left pending forever.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from oncelog.client import Admin, Producer, TxnState
+from oncelog.client import Admin, Consumer, Message, Producer, TopicPartition, TxnState
 from oncelog.client.accumulator import ProducerBatch, RecordAccumulator
+from oncelog.client.aio import group as group_module
 from oncelog.client.aio.producer import AIOProducer
 from oncelog.client.errors import KafkaClientError, TransactionAbortableError
 from tests.support.broker import BrokerProcess
-from tests.support.names import unique_name, unique_topic
+from tests.support.names import unique_group, unique_name, unique_topic
 
 
 def test_unexpected_error_in_a_produce_task_fails_its_records(
@@ -143,3 +145,46 @@ def test_unexpected_error_in_the_sender_fails_the_records_it_was_handling(
         assert producer.send(topic, b"after").result(30).offset == 1
     finally:
         producer.close(5)
+
+
+def test_unexpected_error_in_the_group_task_reaches_poll_once_and_the_member_rejoins(
+    shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = unique_topic("group-bug")
+    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
+        admin.create_topic(topic, 1)
+    with Producer({"bootstrap.servers": shared_broker.bootstrap}) as producer:
+        producer.send(topic, b"v").result(30)
+    original = group_module.decode_assignment
+    decoded: list[bytes] = []
+
+    def fails_once(data: bytes) -> list[TopicPartition]:
+        decoded.append(data)
+        if len(decoded) == 1:
+            raise RuntimeError("assignment bug")
+        return original(data)
+
+    monkeypatch.setattr(group_module, "decode_assignment", fails_once)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": shared_broker.bootstrap,
+            "group.id": unique_group(),
+            "auto.offset.reset": "earliest",
+        }
+    )
+    errors: list[KafkaClientError] = []
+    records: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not records and time.monotonic() < deadline:
+            try:
+                records = consumer.poll(1.0)
+            except KafkaClientError as exc:
+                errors.append(exc)
+    finally:
+        consumer.close(5)
+    assert [r.value for r in records] == [b"v"]
+    assert len(errors) == 1, errors
+    assert "RuntimeError: assignment bug" in str(errors[0])
+    assert isinstance(errors[0].__cause__, RuntimeError)

@@ -49,6 +49,7 @@ from oncelog.client.errors import (
     UnknownProducerIdError,
     UnsupportedVersionError,
     error_for,
+    unexpected_error,
 )
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.txn_state import TxnEvent, TxnState, TxnStateMachine
@@ -133,11 +134,7 @@ def _unexpected(what: str, exc: Exception) -> KafkaClientError:
     """A bug or an unexpected response in ``what``: logged with its traceback, and turned
     into the client error that reports it (``exc`` is its cause)."""
     logger.error("%s failed unexpectedly", what, exc_info=exc)
-    error = KafkaClientError(
-        f"{what} failed: {type(exc).__name__}: {exc}", ErrorCode.unknown_server_error
-    )
-    error.__cause__ = exc
-    return error
+    return unexpected_error(what, exc)
 
 
 def _txn_error(code: ErrorCode, what: str) -> KafkaClientError:
