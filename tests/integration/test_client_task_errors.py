@@ -19,12 +19,18 @@ from tests.support.broker import BrokerProcess
 from tests.support.names import unique_group, unique_name, unique_topic
 
 
+def _new_topic(broker: BrokerProcess, prefix: str) -> str:
+    """A fresh one-partition topic."""
+    topic = unique_topic(prefix)
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        admin.create_topic(topic, 1)
+    return topic
+
+
 def test_unexpected_error_in_a_produce_task_fails_its_records(
     shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = unique_topic("produce-bug")
-    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
-        admin.create_topic(topic, 1)
+    topic = _new_topic(shared_broker, "produce-bug")
 
     def broken(self: ProducerBatch, compression: int) -> bytes:
         raise RuntimeError("encoder bug")
@@ -52,9 +58,7 @@ def test_unexpected_error_in_a_produce_task_fails_its_records(
 def test_raising_on_delivery_for_a_refused_send_does_not_stop_the_producer(
     shared_broker: BrokerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
-    topic = unique_topic("callback-bug")
-    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
-        admin.create_topic(topic, 1)
+    topic = _new_topic(shared_broker, "callback-bug")
     reports: list[KafkaClientError | None] = []
 
     def raising(err: KafkaClientError | None, meta: object) -> None:
@@ -78,9 +82,7 @@ def test_raising_on_delivery_for_a_refused_send_does_not_stop_the_producer(
 def test_unexpected_error_adding_partitions_makes_the_transaction_abortable(
     shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = unique_topic("add-partitions-bug")
-    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
-        admin.create_topic(topic, 1)
+    topic = _new_topic(shared_broker, "add-partitions-bug")
     original = AIOProducer._txn_coordinator_call
     attempts: list[str] = []
 
@@ -123,9 +125,7 @@ def test_unexpected_error_adding_partitions_makes_the_transaction_abortable(
 def test_unexpected_error_in_the_sender_fails_the_records_it_was_handling(
     shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch, owner: type, method: str
 ) -> None:
-    topic = unique_topic("sender-bug")
-    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
-        admin.create_topic(topic, 1)
+    topic = _new_topic(shared_broker, "sender-bug")
 
     def broken(*args: object, **kwargs: object) -> Any:
         raise RuntimeError("sender bug")
@@ -150,9 +150,7 @@ def test_unexpected_error_in_the_sender_fails_the_records_it_was_handling(
 def test_unexpected_error_in_the_group_task_reaches_poll_once_and_the_member_rejoins(
     shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = unique_topic("group-bug")
-    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
-        admin.create_topic(topic, 1)
+    topic = _new_topic(shared_broker, "group-bug")
     with Producer({"bootstrap.servers": shared_broker.bootstrap}) as producer:
         producer.send(topic, b"v").result(30)
     original = group_module.decode_assignment
