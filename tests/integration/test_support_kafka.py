@@ -105,7 +105,7 @@ def test_kafka_restart_after_kill_keeps_committed_records(kafka_factory: KafkaFa
         assert [r.value for r in seen] == [b"kept"]
     finally:
         client.close()
-    assert kafka.stop() in (0, 143)
+    assert kafka.stop() == 0  # the JVM's 143 after SIGTERM is a clean stop
 
 
 def test_missing_cache_is_an_error_that_says_what_to_run(

@@ -45,6 +45,8 @@ JVM_PERFORMANCE_OPTS: tuple[str, ...] = (
     "-Djava.awt.headless=true",
 )
 
+BROKER_JVM_OPTS: tuple[str, ...] = (*HEAP_OPTS, *JVM_PERFORMANCE_OPTS)
+
 # A harness program is a short-lived client: a small heap, and the C1 compiler only
 # (it starts faster and a client that runs for a second never reaches C2).
 HARNESS_JVM_OPTS: tuple[str, ...] = (
@@ -128,6 +130,12 @@ def run_harness(
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def describe(jvm_opts: Sequence[str] = BROKER_JVM_OPTS) -> str:
+    """One line for reports: version, how it runs, the JVM settings."""
+    return (f"Apache Kafka {KAFKA_VERSION} (assembled from Maven artifacts; one KRaft "
+            f"broker+controller; JVM: {' '.join(jvm_opts)})")
+
+
 class KafkaProcess(ServerProcess):
     """One Apache Kafka 4.4 JVM, broker and controller of a single-node KRaft cluster."""
 
@@ -142,7 +150,7 @@ class KafkaProcess(ServerProcess):
         host: str = LOOPBACK,
         configs: Mapping[str, str] | None = None,
         log_path: Path | None = None,
-        jvm_opts: Sequence[str] = (*HEAP_OPTS, *JVM_PERFORMANCE_OPTS),
+        jvm_opts: Sequence[str] = BROKER_JVM_OPTS,
         start_timeout: float = 60.0,
         stop_timeout: float = 60.0,
     ) -> None:
@@ -243,17 +251,21 @@ class KafkaProcess(ServerProcess):
             return super().start()
 
     def stop(self, *, timeout: float | None = None, check: bool = True) -> int:
-        """SIGTERM and wait: the JVM runs Kafka's shutdown hook and exits 143 (clean)."""
+        """SIGTERM, wait, and return 0 for a clean stop.
+
+        Kafka shuts down in its JVM shutdown hook, after which the JVM reports the signal
+        (exit code 143 = 128 + SIGTERM): that is a clean stop and is returned as 0, so that
+        callers (fixtures, the benchmark) can treat Kafka like any other server.
+        """
         code = super().stop(timeout=timeout, check=False)
-        if check and code not in (0, _SIGTERM_EXIT):
+        if code == _SIGTERM_EXIT:
+            return 0
+        if check and code != 0:
             raise ServerStopError(
                 f"kafka exited with code {code} after SIGTERM (expected 0 or 143)\n"
                 f"{self.log_text(since_start=True)}"
             )
         return code
-
-    def version(self) -> str:
-        return f"Apache Kafka {KAFKA_VERSION}"
 
 
 KafkaFactory = Callable[..., KafkaProcess]
