@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -64,6 +64,33 @@ def _dump_log(broker: BrokerProcess | KafkaProcess) -> None:
 
 
 BrokerFactory = Callable[..., BrokerProcess]
+P = TypeVar("P", BrokerProcess, KafkaProcess)
+
+
+def _process_factory(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    cls: type[P],
+    prefix: str,
+) -> Iterator[Callable[..., P]]:
+    """The body of a ``*_factory`` fixture: ``make(start=True, data_dir=None, **kwargs)``
+    builds ``cls(data_dir, **kwargs)`` (a fresh data dir unless given), starts it; at
+    teardown every process is killed and, if the test failed, its log printed."""
+    started: list[P] = []
+
+    def make(*, start: bool = True, data_dir: Path | None = None, **kwargs: Any) -> P:
+        if data_dir is None:
+            data_dir = tmp_path_factory.mktemp(prefix) / "data"
+        server = cls(data_dir, **kwargs)
+        started.append(server)
+        return server.start() if start else server
+
+    yield make
+    failed = _test_failed(request)
+    for server in started:
+        server.kill()
+        if failed:
+            _dump_log(server)
 
 
 @pytest.fixture
@@ -74,21 +101,7 @@ def broker_factory(
 
     Each call gets its own data dir unless ``data_dir`` is given.
     """
-    started: list[BrokerProcess] = []
-
-    def make(*, start: bool = True, data_dir: Path | None = None, **kwargs: Any) -> BrokerProcess:
-        if data_dir is None:
-            data_dir = tmp_path_factory.mktemp("broker") / "data"
-        broker = BrokerProcess(data_dir, **kwargs)
-        started.append(broker)
-        return broker.start() if start else broker
-
-    yield make
-    failed = _test_failed(request)
-    for broker in started:
-        broker.kill()
-        if failed:
-            _dump_log(broker)
+    yield from _process_factory(request, tmp_path_factory, BrokerProcess, "broker")
 
 
 @pytest.fixture
@@ -141,21 +154,7 @@ def kafka_factory(
         require_reference()
     except ReferenceKafkaMissing as exc:
         pytest.fail(f"reference Kafka unavailable: {exc}", pytrace=False)
-    started: list[KafkaProcess] = []
-
-    def make(*, start: bool = True, data_dir: Path | None = None, **kwargs: Any) -> KafkaProcess:
-        if data_dir is None:
-            data_dir = tmp_path_factory.mktemp("kafka") / "data"
-        kafka = KafkaProcess(data_dir, **kwargs)
-        started.append(kafka)
-        return kafka.start() if start else kafka
-
-    yield make
-    failed = _test_failed(request)
-    for kafka in started:
-        kafka.kill()
-        if failed:
-            _dump_log(kafka)
+    yield from _process_factory(request, tmp_path_factory, KafkaProcess, "kafka")
 
 
 @pytest.fixture

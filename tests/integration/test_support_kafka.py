@@ -8,6 +8,7 @@ format); the Java harness Probe (kafka-clients 4.4) runs against it and against 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,11 @@ def test_kafka_restart_after_kill_keeps_committed_records(kafka_factory: KafkaFa
         producer.flush()
         producer.commit()
         producer.close()
+        # EndTxn returns once PREPARE_COMMIT is in the transaction log; Kafka writes the
+        # COMMIT marker afterwards. Kill only once it is in the partition (LSO past it).
+        deadline = time.monotonic() + 20
+        while client.latest_offsets(topic, 1, committed=True) != {0: 2}:
+            assert time.monotonic() < deadline, "no COMMIT marker within 20 s"
     finally:
         client.close()
     properties = kafka.properties_path.read_text()
