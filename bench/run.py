@@ -73,6 +73,31 @@ def run_worker(job: dict[str, Any], log_path: Path) -> Result:
     return result
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds the process (and its reaped children) used so far, from
+    /proc; None when it cannot be read. Stable on a noisy machine, unlike wall-clock rates."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # After the ")": state is field 3; utime, stime, cutime, cstime are fields 14-17.
+    ticks = sum(int(v) for v in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def run_measured(running: brokers.Running, job: dict[str, Any], log_path: Path) -> Result:
+    """``run_worker`` with the broker's CPU seconds over the phase (``broker_cpu_s``)."""
+    pid = running.server.pid
+    before = cpu_seconds(pid)
+    result = run_worker(job, log_path)
+    after = cpu_seconds(pid)
+    if before is not None and after is not None:
+        result["broker_cpu_s"] = after - before
+    return result
+
+
 def run_one(
     broker_name: str, scenario: Scenario, scale: float, out_dir: Path, tag: str, profile: bool
 ) -> dict[str, Any]:
@@ -94,19 +119,21 @@ def run_one(
                 "record_size": scenario.record_size, "timeout": timeout}
         worker_log = out_dir / f"workers-{broker_name}-{scenario.name}-{tag}.log"
         if scenario.small_txns is not None:
-            outcome["txn-rate"] = run_worker(
+            outcome["txn-rate"] = run_measured(
+                running,
                 {**base, "phase": "txn-rate", "config": scenario.producer_config(),
                  "txns": scenario.scaled_txns(scale)},
                 worker_log,
             )
             return outcome
-        outcome["produce"] = run_worker(
+        outcome["produce"] = run_measured(
+            running,
             {**base, "phase": "produce", "config": scenario.producer_config(),
              "txn_records": scenario.txn_records, "txn_interval_ms": scenario.txn_interval_ms},
             worker_log,
         )
-        outcome["consume"] = run_worker(
-            {**base, "phase": "consume", "config": scenario.consumer_config()}, worker_log
+        outcome["consume"] = run_measured(
+            running, {**base, "phase": "consume", "config": scenario.consumer_config()}, worker_log
         )
     finally:
         outcome["exit_code"] = brokers.stop(running)
@@ -133,6 +160,13 @@ def median_phase(runs: list[dict[str, Any]], phase: str) -> Result | None:
     return good[(len(good) - 1) // 2]
 
 
+def cpu_per(result: Result | None, unit: str, scale: float) -> str:
+    """Broker CPU milliseconds per ``unit`` of a phase result (per MB: unit "bytes", 1e6)."""
+    if not result or result.get("broker_cpu_s") is None or not result.get(unit):
+        return "—"
+    return f"{result['broker_cpu_s'] * 1000 / (result[unit] / scale):.2f}"
+
+
 def fmt_int(value: float) -> str:
     return f"{value:,.0f}"
 
@@ -148,7 +182,7 @@ def results_table(
     header = ["scenario", "records", "phase"]
     for name in broker_names:
         label = brokers.LABELS[name]
-        header += [f"{label} records/s", f"{label} MB/s"]
+        header += [f"{label} records/s", f"{label} MB/s", f"{label} CPU ms/MB"]
     header += [f"oncelog/{brokers.LABELS[n]}" for n in others]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 3 + "---:|" * (len(header) - 3)]
     joins = ["| scenario | " + " | ".join(f"{brokers.LABELS[n]} join s" for n in broker_names)
@@ -165,10 +199,10 @@ def results_table(
                 chosen = median_phase(by_key[(scenario.name, name)], phase)
                 r = rate(chosen)
                 if r is None:
-                    cells += ["failed", "—"]
+                    cells += ["failed", "—", "—"]
                 else:
                     rates[name] = r[0]
-                    cells += [fmt_int(r[0]), f"{r[1]:.1f}"]
+                    cells += [fmt_int(r[0]), f"{r[1]:.1f}", cpu_per(chosen, "bytes", 1e6)]
                 if phase == "consume":
                     join = chosen.get("join_seconds") if chosen else None
                     join_cells.append(f"{join:.2f}" if join is not None else "—")
@@ -192,8 +226,9 @@ def txn_rate_table(
     lines = [
         "Small transactions, one after the other (begin, sends, commit):",
         "",
-        "| scenario | broker | transactions | transactions/s | p50 ms | p99 ms |",
-        "|---|---|---:|---:|---:|---:|",
+        "| scenario | broker | transactions | transactions/s | p50 ms | p99 ms "
+        "| broker CPU ms/txn |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for scenario in scenarios:
         for name in broker_names:
@@ -203,12 +238,12 @@ def txn_rate_table(
                           key=lambda r: r["txn_per_s"])
             label = brokers.LABELS[name]
             if not good:
-                lines.append(f"| {scenario.name} | {label} | — | failed | — | — |")
+                lines.append(f"| {scenario.name} | {label} | — | failed | — | — | — |")
                 continue
             r = good[(len(good) - 1) // 2]
             lines.append(
                 f"| {scenario.name} | {label} | {fmt_int(r['txns'])} | {r['txn_per_s']:,.0f} "
-                f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |"
+                f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {cpu_per(r, 'txns', 1)} |"
             )
     return "\n".join(lines)
 
@@ -311,6 +346,8 @@ def write_report(
         f"Consumer: `{json.dumps(dict(BASE_CONSUMER))}`, a fresh group, `consume(10000)`",
         "until every record is read; timed from the partition assignment to the last record",
         "(the group join, from `subscribe()` to the assignment, is listed separately).",
+        "Broker CPU is the broker process's user + system time over the phase, read from",
+        "/proc (stable on a noisy machine, unlike the rates).",
         "MB = 10^6 bytes of record values. "
         f"Repeats: {args.repeat} (median shown). Scale: {args.scale}.",
         *(["", *extras] if extras else []),
