@@ -2,8 +2,8 @@
 
 Directory layout (``<data>/<topic>-<partition>/``)::
 
-    00000000000000000000.log / .index / .timeindex    one segment per base offset
-    00000000000000052817.log / .index / .timeindex    the last one is the active segment
+    00000000000000000000.log / .index / .timeindex / .txnindex   one segment per base offset
+    00000000000000052817.log / .index / .timeindex / .txnindex   the last one is active
     log.checkpoint                                    recovery point + log start offset
     .clean-shutdown                                   present only while cleanly closed
 
@@ -37,7 +37,13 @@ holding the recovery point to the end -- sizes, magic, offset order, CRC32C -- c
 the first torn or corrupt batch (deleting any later segments), rebuilds the indexes of the
 scanned segments and fsyncs them. After a clean stop it trusts the files and only walks the
 headers after each segment's last index entry. Missing or inconsistent index files are rebuilt
-either way.
+either way (the file is named in the log). A ``.txnindex`` cannot be rebuilt from the log
+alone (it needs the producer state): ``txn_index_rebuild_from`` tells the owner (UnifiedLog)
+from which offset to replay the log to rebuild the untrusted ones.
+
+The recovery point covers the transaction indexes too: every ``.txnindex`` entry whose
+marker is below it is fsynced (an entry appended for a marker that is already below it is
+fsynced at once, as with ``flush.messages=1``).
 
 Not thread-safe: a PartitionLog belongs to one thread (the broker's event loop); run blocking
 calls such as ``flush`` elsewhere only if nothing else touches the log meanwhile.
@@ -74,6 +80,7 @@ from oncelog.storage.segment import (
     SUFFIXES,
     LogSegment,
 )
+from oncelog.storage.txn_index import AbortedTxn
 
 __all__ = ["AppendResult", "PartitionLog", "ReadResult"]
 
@@ -139,6 +146,7 @@ class PartitionLog:
         self._checkpointed: LogCheckpoint | None = None
         self._dir_dirty = False
         self._closed = False
+        self._txn_rebuild_from: int | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -228,9 +236,11 @@ class PartitionLog:
             raise
         for segment in segments[:-1]:
             segment.seal()  # a rebuilt inactive segment gets its closing time-index entry
+        untrusted = [s.base_offset for s in segments if not s.load_txn_index()]
         log_end = segments[-1].next_offset
         log_start = max(checkpoint.log_start_offset if checkpoint else 0, segments[0].base_offset)
         log = cls(directory, config, clock, segments, log_start, log_end)
+        log._txn_rebuild_from = untrusted[0] if untrusted else None
         if log_start > log_end:
             logger.warning(
                 "%s: log start offset %d is past the recovered end %d; starting empty at %d",
@@ -273,6 +283,51 @@ class PartitionLog:
 
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
+
+    # ------------------------------------------------------------------ transaction index
+
+    @property
+    def txn_index_rebuild_from(self) -> int | None:
+        """Base offset of the first segment whose ``.txnindex`` was rejected at load (its
+        entries must be rebuilt by replaying the log from there), or None."""
+        return self._txn_rebuild_from
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Index an aborted transaction in the segment holding its ABORT marker. Raises
+        KafkaError(KAFKA_STORAGE_ERROR) when the write fails (nothing is indexed then)."""
+        self._check_open()
+        segment = self._segments[max(0, bisect_right(self._bases, entry.last_offset) - 1)]
+        try:
+            segment.append_aborted_txn(entry)
+            if entry.last_offset < self._recovery_point:
+                segment.txn_index.fsync()  # the marker is already durable (flush.messages)
+        except OSError as exc:
+            logger.error("%s: transaction index append %s failed: %s",
+                         segment.txn_index.path, entry, exc)
+            raise KafkaError(
+                ErrorCode.kafka_storage_error, f"transaction index write failed: {exc}"
+            ) from exc
+
+    def aborted_txns(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with data in [start_offset, upper_offset): their marker is
+        at or after ``start_offset`` and they began before ``upper_offset``."""
+        self._check_open()
+        i = max(0, bisect_right(self._bases, start_offset) - 1)
+        return [e for s in self._segments[i:] for e in s.txn_index.collect(start_offset,
+                                                                              upper_offset)]
+
+    def truncate_txn_indexes_from(self, offset: int) -> None:
+        """Drop index entries whose marker is at or above ``offset`` (their markers are
+        going to be replayed), rewriting the files that change."""
+        for segment in self._segments:
+            segment.txn_index.truncate_from(offset)
+        self._txn_rebuild_from = None
+
+    def flush_txn_indexes(self) -> None:
+        """fsync the transaction indexes (before a producer-state snapshot that claims to
+        cover their entries is written)."""
+        for segment in self._segments:
+            segment.txn_index.fsync()
 
     def __repr__(self) -> str:
         return (

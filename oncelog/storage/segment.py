@@ -5,7 +5,7 @@ Files, named by the segment's base offset zero-padded to 20 digits (Kafka's layo
     00000000000000001234.log        record batches (RecordBatch v2) back to back
     00000000000000001234.index      relative last offset -> batch position (see ``index``)
     00000000000000001234.timeindex  largest timestamp so far -> relative offset
-    00000000000000001234.txnindex   aborted transactions (planned, see below)
+    00000000000000001234.txnindex   aborted transactions whose ABORT marker is here
 
 The ``.log`` fd stays open for the segment's life; reads use ``os.pread`` and writes
 ``os.pwrite`` at the segment's tracked size, so the file position never matters and a failed
@@ -15,12 +15,10 @@ Hot paths work on batch headers only: ``find_batch`` bisects the offset index an
 headers (one ``pread`` of a chunk, ``struct.unpack_from`` per batch); no record is decoded
 except by the timestamp lookups, which decode exactly one batch.
 
-Aborted-transaction index (planned, another issue): a ``.txnindex`` file per segment with
-Kafka's 34-byte entries (version int16, producerId int64, firstOffset int64, lastOffset int64,
-lastStableOffset int64), appended when an ABORT marker is written. It plugs in here as one more
-sidecar object next to ``offset_index``/``time_index``: created/loaded in ``open``, truncated in
-``truncate_to``/``recover`` (entries with lastOffset >= the cut), fsynced in ``flush``, closed
-in ``seal``/``close``; ``SUFFIXES`` already lists the file so deletion removes it.
+The aborted-transaction index (``txn_index``, see ``txn_index``) is the third sidecar: the
+UnifiedLog appends to it after an ABORT marker, and the segment fsyncs it in ``flush``,
+truncates it in ``truncate_to``, closes it with the segment and deletes it in ``delete``. It is
+loaded by ``load_txn_index`` once ``next_offset`` is known (after ``recover`` if there is one).
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from crc32c import crc32c
 
 from oncelog.records.batch import ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from oncelog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from oncelog.storage.txn_index import AbortedTxn, TransactionIndex
 
 __all__ = [
     "SUFFIXES",
@@ -117,6 +116,7 @@ class LogSegment:
         self.bytes_since_index_entry = 0
         self.unflushed = False
         self.walk_chunk = 8192  # bytes per pread when walking headers
+        self.txn_index = TransactionIndex(self.path(TXN_INDEX_SUFFIX), base_offset)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -178,8 +178,9 @@ class LogSegment:
         try:
             offset_index = OffsetIndex.load(index_path)
             time_index = TimeIndex.load(time_path)
-        except CorruptIndexError as exc:
-            logger.warning("%s: %s; rebuilding the indexes", directory, exc)
+        except (CorruptIndexError, OSError) as exc:
+            logger.warning("%s: %s; rebuilding %s and %s from the log", directory, exc,
+                           index_path.name, time_path.name)
             segment = cls(
                 directory, base_offset, fd, size, OffsetIndex(index_path),
                 TimeIndex(time_path), created_ms,
@@ -187,14 +188,35 @@ class LogSegment:
             return segment, False
         segment = cls(directory, base_offset, fd, size, offset_index, time_index, created_ms)
         try:
+            segment._check_indexes()
             segment._load_tail()
-        except (CorruptIndexError, CorruptSegmentError) as exc:
-            logger.warning("%s: segment %d: %s; rebuilding the indexes", directory,
-                           base_offset, exc)
+        except (CorruptIndexError, CorruptSegmentError, OSError) as exc:
+            # Whatever the bytes of a damaged index are, the log is the truth: rebuild.
+            logger.warning("%s: %s/%s: %s; rebuilding both from the log", directory,
+                           index_path.name, time_path.name, exc)
             segment.offset_index.reset()
             segment.time_index.reset()
             return segment, False
         return segment, True
+
+    def _check_indexes(self) -> None:
+        """Reject index contents that no append could have written (zero-filled or garbage
+        tails after a power loss, random bytes): the entries must be sorted and inside the
+        segment. Raises CorruptIndexError naming the file."""
+        index = self.offset_index
+        offsets, positions = index.offsets, index.positions
+        if offsets and (offsets[0] < 0 or positions[0] < 0 or positions[-1] >= self.size):
+            raise CorruptIndexError(f"{index.path.name}: entries outside the segment")
+        for i in range(1, len(offsets)):
+            if offsets[i] <= offsets[i - 1] or positions[i] <= positions[i - 1]:
+                raise CorruptIndexError(f"{index.path.name}: entry {i} is out of order")
+        times = self.time_index
+        timestamps, relative = times.timestamps, times.offsets
+        if relative and (relative[0] < 0 or timestamps[0] < 0):
+            raise CorruptIndexError(f"{times.path.name}: negative first entry")
+        for i in range(1, len(relative)):
+            if timestamps[i] <= timestamps[i - 1] or relative[i] < relative[i - 1]:
+                raise CorruptIndexError(f"{times.path.name}: entry {i} is out of order")
 
     def _load_tail(self) -> None:
         """Check the loaded indexes against the log and learn the tail state from them."""
@@ -203,11 +225,15 @@ class LogSegment:
         last = index.last()
         if last is not None:
             rel, position = last
-            if index.offsets[0] < 0 or position >= self.size:
-                raise CorruptIndexError(f"index entry ({rel}, {position}) is past the log end")
+            if index.offsets[0] < 0 or not 0 <= position < self.size:
+                raise CorruptIndexError(
+                    f"{index.path.name}: entry ({rel}, {position}) is past the log end"
+                )
             prefix = self._read_prefix(position)
             if prefix is None or prefix[0] + prefix[6] != self.base_offset + rel:
-                raise CorruptIndexError(f"index entry ({rel}, {position}) does not match the log")
+                raise CorruptIndexError(
+                    f"{index.path.name}: entry ({rel}, {position}) does not match the log"
+                )
             start = position
         time_last = self.time_index.last()
         if time_last is not None:
@@ -224,10 +250,23 @@ class LogSegment:
         if end != self.size and self.size > 0:
             raise CorruptSegmentError(f"last batch ends at byte {end}, file has {self.size}")
         if time_last is not None and self.base_offset + time_last[1] >= next_offset:
-            raise CorruptIndexError("time index points past the last offset")
+            raise CorruptIndexError(f"{self.time_index.path.name} points past the last offset")
         if next_offset == self.base_offset and self.size > 0 and last is None:
             raise CorruptSegmentError("no batch found in a non-empty segment")
         self.next_offset = next_offset
+        if time_last is not None:
+            # Every time entry is (max timestamp, last offset) of one batch: check the last
+            # one, which is what a torn or zero-filled tail would have written.
+            found = self.find_batch(self.base_offset + time_last[1])
+            prefix = None if found is None else self._read_prefix(found[0])
+            if (
+                prefix is None
+                or prefix[0] + prefix[6] != self.base_offset + time_last[1]
+                or prefix[8] != time_last[0]
+            ):
+                raise CorruptIndexError(
+                    f"{self.time_index.path.name}: last entry {time_last} does not match the log"
+                )
         self.bytes_since_index_entry = self.size - start
         first = self._read_prefix(0)
         self.rolling_timestamp = first[8] if first is not None else -1
@@ -246,16 +285,38 @@ class LogSegment:
         self.time_index.close()
 
     def flush(self) -> None:
-        """fsync the log and both indexes."""
+        """fsync the log and the three indexes."""
         os.fsync(self.fd)
         self.offset_index.fsync()
         self.time_index.fsync()
+        self.txn_index.fsync()
         self.unflushed = False
+
+    def load_txn_index(self) -> bool:
+        """Load ``.txnindex`` against ``next_offset``. False when the file cannot be
+        trusted: it is logged (by name), left on disk and the in-memory index is empty; the
+        caller rebuilds it from the log and then ``truncate_txn_index``es it."""
+        try:
+            self.txn_index = TransactionIndex.load(
+                self.path(TXN_INDEX_SUFFIX), self.base_offset, self.next_offset
+            )
+        except (CorruptIndexError, OSError) as exc:
+            logger.warning("%s: %s; rebuilding the transaction index from the log",
+                           self.directory, exc)
+            self.txn_index = TransactionIndex(self.path(TXN_INDEX_SUFFIX), self.base_offset)
+            self.txn_index.mark_untrusted()
+            return False
+        return True
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        self.txn_index.append(entry)
+        self.unflushed = True
 
     def close(self) -> None:
         try:
             self.offset_index.close()
             self.time_index.close()
+            self.txn_index.close()
         finally:
             if self.fd >= 0:
                 os.close(self.fd)
@@ -265,6 +326,7 @@ class LogSegment:
         """Close every fd without writing anything (the files are about to go)."""
         self.offset_index.discard()
         self.time_index.discard()
+        self.txn_index.close()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -538,6 +600,7 @@ class LogSegment:
         os.ftruncate(self.fd, cut)
         self.offset_index.truncate_to_position(cut)
         self.time_index.truncate_to_offset(base - self.base_offset)
+        self.txn_index.truncate_from(base)
         self.size = cut
         self.next_offset = base
         # Largest timestamp of what is left: the last kept time entry covers everything up to

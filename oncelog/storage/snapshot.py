@@ -35,7 +35,7 @@ from pathlib import Path
 import crc32c
 
 from oncelog.storage import producer_state as ps
-from oncelog.storage.files import atomic_write
+from oncelog.storage.files import atomic_write, fsync_directory
 
 logger = logging.getLogger(__name__)
 
@@ -205,5 +205,6 @@ def _delete(directory: Path, doomed: Callable[[int], bool]) -> list[int]:
             path.unlink(missing_ok=True)
             deleted.append(offset)
     if deleted:
+        fsync_directory(directory)  # a deleted stale snapshot must not come back
         logger.info("deleted producer snapshots directory=%s offsets=%s", directory, deleted)
     return deleted

@@ -1,5 +1,6 @@
 """A partition's log with its producer state and aborted-transaction index (Kafka's
-UnifiedLog): the one place where the append order is written down.
+UnifiedLog): the one place where the append order is written down. The ``.txnindex`` files
+belong to the segments (``PartitionLog.append_aborted_txn``/``aborted_txns``).
 
 Append order for data batches (see ../shared/STYLE.md):
   1. validate producer state for every batch with a producer id, changing nothing;
@@ -9,11 +10,21 @@ Append order for data batches (see ../shared/STYLE.md):
   4. apply the appended batches to the producer state (sequences, open transactions);
   5. advance the first unstable offset if a transaction began.
 Transaction markers: check the marker against the producer state, append the control batch,
-complete the producer's transaction, write an aborted-transaction index entry for an abort,
-then advance the first unstable offset (so the LSO moves only after the index is written).
+write an aborted-transaction index entry for an abort, and only then complete the producer's
+transaction and advance the first unstable offset. If the index write fails nothing in memory
+changes: the LSO stays, and the coordinator's retried marker completes the transaction and
+writes the entry.
 
-Recovery only replays: load the newest producer-state snapshot, then apply every batch from
-there to the end (data batches and markers), rebuilding the index entries past the snapshot.
+The LSO is ``max(first unstable offset, log start offset)`` (retention may delete the start
+of an open transaction), or the log end offset when no transaction is open.
+
+Recovery only replays: delete producer-state snapshots above the recovered log end (a power
+loss may have cut the log below them), load the newest remaining one, drop index entries
+whose marker is at or above it, then apply every batch from there to the end (data batches
+and markers), rebuilding those entries. Entries below the snapshot are trusted because the
+transaction indexes are fsynced before a snapshot is written. A rejected ``.txnindex`` moves
+the replay start down to its segment (and its snapshots above are deleted first, so a crash
+during the rebuild still rebuilds it on the next start).
 """
 
 from __future__ import annotations
@@ -28,9 +39,10 @@ from oncelog.records.batch import BatchHeader
 from oncelog.records.codec import decode_batch
 from oncelog.records.control import ControlType, decode_control, encode_marker_batch
 from oncelog.records.validate import validate_batches
+from oncelog.storage import snapshot
 from oncelog.storage.log import AppendResult, PartitionLog, ReadResult
 from oncelog.storage.producer_state import ProducerStateManager
-from oncelog.storage.txn_index import AbortedTxn, AbortedTxnIndex
+from oncelog.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +54,10 @@ class UnifiedLog:
         self,
         log: PartitionLog,
         producer_state: ProducerStateManager,
-        aborted: AbortedTxnIndex,
         clock: Clock,
     ) -> None:
         self.log = log
         self.producer_state = producer_state
-        self.aborted = aborted
         self._clock = clock
         self._first_unstable: int | None = None
         self._segment_count = len(log.segment_base_offsets())
@@ -63,12 +73,22 @@ class UnifiedLog:
     ) -> UnifiedLog:
         log = PartitionLog.open(directory, config, clock)
         state = ProducerStateManager(directory.name, clock, producer_id_expiration_ms)
-        start = state.load_from(directory, max_offset=log.log_end_offset)
+        # Kafka's removeStraySnapshots / truncateAndReload: nothing above the log end (nor
+        # above an untrusted transaction index) may be loaded, now or after a later crash.
+        keep_below = log.log_end_offset
+        rebuild_from = log.txn_index_rebuild_from
+        if rebuild_from is not None and rebuild_from < keep_below:
+            keep_below = rebuild_from
+        if snapshot.delete_snapshots_after(directory, keep_below):
+            logger.warning(
+                "%s: deleted producer snapshots above offset %d (log end %d)",
+                directory, keep_below, log.log_end_offset,
+            )
+        start = state.load_from(directory, max_offset=keep_below)
         if start < log.log_start_offset:
             start = log.log_start_offset
-        aborted = AbortedTxnIndex(directory)
-        aborted.load(log.segment_base_offsets(), below=start)
-        unified = cls(log, state, aborted, clock)
+        log.truncate_txn_indexes_from(start)
+        unified = cls(log, state, clock)
         replayed = unified._replay(start)
         unified._update_first_unstable()
         if replayed:
@@ -128,9 +148,16 @@ class UnifiedLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """Below it every transaction is decided; read_committed readers stop there."""
+        """Below it every transaction is decided; read_committed readers stop there. Never
+        below the log start offset (Kafka: max(first unstable offset, log start offset))."""
         first = self._first_unstable
-        return self.log.log_end_offset if first is None else first
+        if first is None:
+            return self.log.log_end_offset
+        return max(first, self.log.log_start_offset)
+
+    def last_fetchable_offset(self, read_committed: bool) -> int:
+        """Kafka's lastFetchableOffset: the LSO for read_committed, else the high watermark."""
+        return self.last_stable_offset if read_committed else self.high_watermark
 
     def _update_first_unstable(self) -> None:
         offsets = self.producer_state.ongoing_txn_first_offsets()
@@ -204,24 +231,20 @@ class UnifiedLog:
         timestamp: int,
         is_abort: bool,
     ) -> None:
+        """The marker at ``offset`` is in the log: index an abort, then complete the
+        transaction in the producer state and move the first unstable offset (Kafka's order:
+        updateTxnIndex, completeTxn, maybeIncrementFirstUnstableOffset)."""
+        entry = self.producer_state.last_entry(producer_id)
+        first = None if entry is None else entry.current_txn_first_offset
+        if is_abort and first is not None:
+            others = [o for o in self.producer_state.ongoing_txn_first_offsets() if o != first]
+            stable = others[0] if others else offset + 1
+            self.log.append_aborted_txn(AbortedTxn(producer_id, first, offset, stable))
         completed = self.producer_state.update_end_txn_marker(
             producer_id, producer_epoch, coordinator_epoch, offset, timestamp, is_abort
         )
-        if completed is None:
-            return
-        self._update_first_unstable()
-        if completed.is_aborted:
-            base = self.log.segment_base_offsets()
-            segment = base[-1]
-            for candidate in reversed(base):
-                if candidate <= offset:
-                    segment = candidate
-                    break
-            stable = self._first_unstable if self._first_unstable is not None else offset + 1
-            self.aborted.add(
-                segment,
-                AbortedTxn(producer_id, completed.first_offset, completed.last_offset, stable),
-            )
+        if completed is not None:
+            self._update_first_unstable()
 
     def _maybe_snapshot_on_roll(self) -> None:
         count = len(self.log.segment_base_offsets())
@@ -230,7 +253,10 @@ class UnifiedLog:
             self.take_snapshot()
 
     def take_snapshot(self) -> None:
+        """Snapshot the producer state at the log end. The transaction indexes are fsynced
+        first: recovery trusts every entry below a snapshot."""
         try:
+            self.log.flush_txn_indexes()
             self.producer_state.take_snapshot(self.log.directory, self.log.log_end_offset)
         except OSError as exc:
             logger.warning("%s: producer state snapshot failed: %s", self.log.directory, exc)
@@ -243,13 +269,27 @@ class UnifiedLog:
         return self.log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
 
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
-        return self.aborted.collect(start_offset, upper_offset)
+        return self.log.aborted_txns(start_offset, upper_offset)
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        return self.log.offset_for_timestamp(timestamp_ms)
+    def offset_for_timestamp(
+        self, timestamp_ms: int, *, read_committed: bool = False
+    ) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp_ms``,
+        or None -- also when that offset is not fetchable yet (at or above the LSO under
+        read_committed, the high watermark otherwise), as Kafka answers -1 then."""
+        return self._fetchable(self.log.offset_for_timestamp(timestamp_ms), read_committed)
 
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        return self.log.max_timestamp_offset()
+    def max_timestamp_offset(self, *, read_committed: bool = False) -> tuple[int, int] | None:
+        """The record with the largest timestamp, None when there is none or it is not
+        fetchable yet (as ``offset_for_timestamp``)."""
+        return self._fetchable(self.log.max_timestamp_offset(), read_committed)
+
+    def _fetchable(
+        self, found: tuple[int, int] | None, read_committed: bool
+    ) -> tuple[int, int] | None:
+        if found is None or found[0] >= self.last_fetchable_offset(read_committed):
+            return None
+        return found
 
     # -- maintenance ------------------------------------------------------------------------
     @property
@@ -272,13 +312,11 @@ class UnifiedLog:
     def apply_retention(self) -> int:
         deleted = self.log.apply_retention()
         if deleted:
-            self.aborted.retain_segments(self.log.segment_base_offsets())
             self._segment_count = len(self.log.segment_base_offsets())
         return deleted
 
     def delete_records_before(self, offset: int) -> int:
         start = self.log.delete_records_before(offset)
-        self.aborted.retain_segments(self.log.segment_base_offsets())
         self._segment_count = len(self.log.segment_base_offsets())
         return start
 

@@ -49,18 +49,18 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
 
 
 def _lookup(partition: Partition, target: int, isolation: int) -> tuple[int, int]:
+    """Kafka's Partition.fetchOffsetForTimestamp: every answer but the earliest is bounded by
+    the last fetchable offset (the LSO under read_committed, else the high watermark)."""
     plog = partition.log
+    committed = isolation == READ_COMMITTED
     if target == LATEST:
-        end = partition.high_watermark
-        if isolation == READ_COMMITTED:
-            end = partition.last_stable_offset
-        return end, -1
+        return plog.last_fetchable_offset(committed), -1
     if target in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
     if target == MAX_TIMESTAMP:
-        found = plog.max_timestamp_offset()
+        found = plog.max_timestamp_offset(read_committed=committed)
         return found if found is not None else (-1, -1)
     if target < 0:
         raise KafkaError(ErrorCode.invalid_request, f"unknown special timestamp {target}")
-    found = plog.offset_for_timestamp(target)
+    found = plog.offset_for_timestamp(target, read_committed=committed)
     return found if found is not None else (-1, -1)
