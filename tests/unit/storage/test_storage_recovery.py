@@ -203,6 +203,30 @@ def test_corruption_past_the_recovery_point_drops_later_segments(tmp_path: Path)
     reopened.close()
 
 
+@pytest.mark.parametrize("kept", [0, 1])
+def test_segment_emptied_by_power_loss_ends_the_log(tmp_path: Path, kept: int) -> None:
+    """A power loss can leave an unflushed segment short (here: ``kept`` of its 2 batches,
+    0 = empty) with no torn bytes to cut; the later segments past that gap are dropped
+    (found by the storage fuzz test: the log kept its end offset with nothing readable)."""
+    one = len(batch(1))
+    log = open_log(tmp_path / "t-0", segment_bytes=2 * one)
+    for _ in range(6):
+        append(log, batch(1))
+    assert log.segment_base_offsets() == [0, 2, 4]
+    crashed = crash_copy(log, tmp_path / "crash")
+    log.close()
+    os.truncate(seg_file(crashed, 2, ".log"), kept * one)
+    reopened = open_log(crashed, segment_bytes=2 * one)
+    assert reopened.segment_base_offsets() == [0, 2]
+    assert reopened.log_end_offset == 2 + kept
+    assert not seg_file(crashed, 4, ".log").exists()
+    assert all_offsets(reopened) == list(range(2 + kept))
+    append(reopened, batch(1))
+    assert all_offsets(reopened) == list(range(3 + kept))
+    check_every_offset(reopened)
+    reopened.close()
+
+
 def test_base_offset_out_of_order_is_corruption(tmp_path: Path) -> None:
     """The CRC does not cover the base offset; recovery checks offsets go forward."""
     log, ends = build(tmp_path / "t-0")
