@@ -103,7 +103,7 @@ class UnifiedLog:
     def _replay(self, start: int) -> int:
         count = 0
         for header in self.log.batch_headers(start):
-            if header.base_offset < start or header.producer_id < 0:
+            if header.last_offset < start or header.producer_id < 0:
                 continue
             count += 1
             if header.is_control:
