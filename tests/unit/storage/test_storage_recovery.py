@@ -241,6 +241,25 @@ def test_base_offset_out_of_order_is_corruption(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_offset_gap_past_the_recovery_point_is_corruption(tmp_path: Path) -> None:
+    """The base offset is not covered by the CRC: a flipped bit that makes it jump ahead must
+    end the log there, not move the log end (found by the storage fuzz test)."""
+    log = open_log(tmp_path / "t-0")
+    for _ in range(3):
+        append(log, batch(1))
+    crashed = crash_copy(log, tmp_path / "crash")
+    log.close()
+    path = seg_file(crashed, 0, ".log")
+    data = bytearray(path.read_bytes())
+    second = len(batch(1))
+    data[second + 4] ^= 0x01  # base offset 1 -> 1 + 2**24
+    path.write_bytes(bytes(data))
+    reopened = open_log(crashed)
+    assert reopened.log_end_offset == 1
+    assert all_offsets(reopened) == [0]
+    reopened.close()
+
+
 def test_clean_restart_does_not_scan_crcs(tmp_path: Path) -> None:
     """The marker is trusted: a flipped record byte after a clean close goes unnoticed by
     open (it is the consumer's CRC check that would catch it)."""
