@@ -28,6 +28,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 FileId = tuple[int, int]  # inode, generation
+Draw = Callable[..., Any]  # hypothesis: data.draw
 
 
 class FsyncTracker:
@@ -135,7 +136,7 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     return min(lo, n)
 
 
-def damage(draw: st.DrawFn, durable: bytes, current: bytes) -> bytes:
+def damage(draw: Draw, durable: bytes, current: bytes) -> bytes:
     """One content a power loss may leave for a file fsynced as ``durable``, now ``current``."""
     if durable == current:
         return current
@@ -150,7 +151,7 @@ def damage(draw: st.DrawFn, durable: bytes, current: bytes) -> bytes:
     return current[:zeros_from] + bytes(cut - zeros_from)
 
 
-def power_loss(draw: st.DrawFn, tracker: FsyncTracker, dest: Path) -> dict[str, str]:
+def power_loss(draw: Draw, tracker: FsyncTracker, dest: Path) -> dict[str, str]:
     """Write into ``dest`` one state ``tracker.directory`` may be in after a power loss now.
     Returns what was chosen per name (for failure reports)."""
     src = tracker.directory
