@@ -180,14 +180,21 @@ def test_corrupt_batch_in_the_middle_of_the_last_segment(
     reopened.close()
 
 
-def test_corruption_past_the_recovery_point_drops_later_segments(tmp_path: Path) -> None:
-    one = len(batch(1))
+def crashed_three_segments(tmp_path: Path, one: int) -> Path:
+    """A ``kill -9`` copy of a log of six one-record batches of ``one`` bytes, two per
+    segment (segments 0, 2, 4)."""
     log = open_log(tmp_path / "t-0", segment_bytes=2 * one)
     for _ in range(6):
         append(log, batch(1))
     assert log.segment_base_offsets() == [0, 2, 4]
     crashed = crash_copy(log, tmp_path / "crash")
     log.close()
+    return crashed
+
+
+def test_corruption_past_the_recovery_point_drops_later_segments(tmp_path: Path) -> None:
+    one = len(batch(1))
+    crashed = crashed_three_segments(tmp_path, one)
     path = seg_file(crashed, 2, ".log")
     data = bytearray(path.read_bytes())
     data[one + 30] ^= 0x01  # the second batch of segment 2 (offset 3)
@@ -209,12 +216,7 @@ def test_segment_emptied_by_power_loss_ends_the_log(tmp_path: Path, kept: int) -
     0 = empty) with no torn bytes to cut; the later segments past that gap are dropped
     (found by the storage fuzz test: the log kept its end offset with nothing readable)."""
     one = len(batch(1))
-    log = open_log(tmp_path / "t-0", segment_bytes=2 * one)
-    for _ in range(6):
-        append(log, batch(1))
-    assert log.segment_base_offsets() == [0, 2, 4]
-    crashed = crash_copy(log, tmp_path / "crash")
-    log.close()
+    crashed = crashed_three_segments(tmp_path, one)
     os.truncate(seg_file(crashed, 2, ".log"), kept * one)
     reopened = open_log(crashed, segment_bytes=2 * one)
     assert reopened.segment_base_offsets() == [0, 2]
