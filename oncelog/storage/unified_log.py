@@ -120,7 +120,12 @@ class UnifiedLog:
 
     def _read_marker(self, header: BatchHeader) -> tuple[ControlType | None, int]:
         result = self.log.read(header.base_offset, header.size, max_offset=header.next_offset)
-        _, records = decode_batch(result.data)
+        try:
+            _, records = decode_batch(result.data)
+        except KafkaError as exc:  # a trusted segment damaged on disk: never stop the open
+            logger.error("%s: control batch at offset %d is unreadable (%s); skipped",
+                         self.log.directory, header.base_offset, exc)
+            return None, 0
         if not records:
             return None, 0
         try:

@@ -206,3 +206,23 @@ def test_batch_straddling_the_log_start_is_replayed(tmp_path: Path, clock: FakeC
     assert append(reopened, batch(pid=7, seq=0)) == 0  # the retry is recognised
     assert reopened.log_end_offset == 2
     reopened.close()
+
+
+def test_damaged_control_bit_in_a_trusted_segment_does_not_stop_the_open(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """After a clean shutdown segments are trusted; a flipped attributes bit that makes a data
+    batch look like a control batch failed the open with CORRUPT_MESSAGE (found by the
+    storage fuzz test)."""
+    log = open_log(tmp_path / "p-0", clock)
+    append(log, batch(pid=7, seq=0))
+    log.close()
+    for path in log.directory.glob("*.snapshot"):
+        path.unlink()  # replay the batch from the log
+    segment = log.directory / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    data[22] ^= 0x20  # attributes: the control bit
+    segment.write_bytes(bytes(data))
+    reopened = open_log(log.directory, clock)
+    assert reopened.log_end_offset == 2
+    reopened.close()
