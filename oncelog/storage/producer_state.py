@@ -15,7 +15,8 @@ The partition append order (Kafka's ``UnifiedLog.append``) uses it in three step
 3. ``update(header)`` applies the appended batch (with its final offsets) to the state.
 
 Recovery only replays: ``update`` for every batch carrying a producer id, in log order, with
-no validation (``load_from`` a snapshot first, then replay the tail).
+no validation (``restore`` the entries of a snapshot first, then replay the tail). The
+manager does no I/O: ``oncelog.storage.snapshot`` writes and reads its snapshot files.
 
 The validation rules are Kafka's (``ProducerAppendInfo.checkProducerEpoch``/``checkSequence``
 and ``ProducerStateEntry.findDuplicateBatch``, in
@@ -37,122 +38,38 @@ The duplicate check runs first, against the committed state only: same epoch and
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from oncelog.clock import Clock
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
-from oncelog.storage import snapshot
+from oncelog.storage.producer_entry import (
+    MAX_SEQUENCE,
+    NO_COORDINATOR_EPOCH,
+    NUM_BATCHES_TO_RETAIN,
+    BatchMetadata,
+    CompletedTxn,
+    DuplicateBatch,
+    ProducerInfo,
+    ProducerStateEntry,
+    next_sequence,
+)
 
-if TYPE_CHECKING:
-    from pathlib import Path
+__all__ = [
+    "MAX_SEQUENCE",
+    "NO_COORDINATOR_EPOCH",
+    "NUM_BATCHES_TO_RETAIN",
+    "BatchMetadata",
+    "CompletedTxn",
+    "DuplicateBatch",
+    "ProducerInfo",
+    "ProducerStateEntry",
+    "ProducerStateManager",
+    "next_sequence",
+]
 
 logger = logging.getLogger(__name__)
-
-NUM_BATCHES_TO_RETAIN = 5
-"""How many recent batches per producer are kept for duplicate detection (Kafka: 5, which is
-also the most in-flight requests an idempotent producer may have)."""
-
-MAX_SEQUENCE = 2**31 - 1
-NO_COORDINATOR_EPOCH = -1
-
-
-def next_sequence(seq: int) -> int:
-    """The sequence after ``seq``: int32 wraps to 0 after 2147483647."""
-    return 0 if seq == MAX_SEQUENCE else seq + 1
-
-
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
-    """What is remembered of one appended batch."""
-
-    first_seq: int
-    last_seq: int
-    first_offset: int
-    last_offset: int
-    timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class DuplicateBatch:
-    """A retried batch that is already in the log: answer success with these offsets."""
-
-    base_offset: int
-    last_offset: int
-    timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class CompletedTxn:
-    """A transaction ended by a COMMIT/ABORT marker (for the aborted-txn index and the LSO)."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int  # the marker's offset
-    is_aborted: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerInfo:
-    """An immutable view of one producer for DescribeProducers."""
-
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp: int
-    coordinator_epoch: int
-    current_txn_start_offset: int  # -1 when no transaction is open
-
-
-@dataclass(slots=True)
-class ProducerStateEntry:
-    """The state of one producer id on this partition. Owned and mutated by the manager."""
-
-    producer_id: int
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    batches: deque[BatchMetadata] = field(
-        default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN)
-    )
-    last_timestamp: int = -1
-    coordinator_epoch: int = NO_COORDINATOR_EPOCH
-    current_txn_first_offset: int | None = None
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def last_offset(self) -> int:
-        return self.batches[-1].last_offset if self.batches else -1
-
-    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        if epoch != self.producer_epoch:
-            return None
-        for b in self.batches:
-            if b.first_seq == first_seq and b.last_seq == last_seq:
-                return b
-        return None
-
-    def add_batch(self, epoch: int, batch: BatchMetadata) -> None:
-        if epoch != self.producer_epoch:
-            # A new epoch restarts sequences: older batches can no longer be duplicates.
-            self.batches.clear()
-            self.producer_epoch = epoch
-        self.batches.append(batch)  # maxlen drops the oldest
-        self.last_timestamp = batch.timestamp
-
-    def copy(self) -> ProducerStateEntry:
-        return ProducerStateEntry(
-            self.producer_id,
-            self.producer_epoch,
-            deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
-            self.last_timestamp,
-            self.coordinator_epoch,
-            self.current_txn_first_offset,
-        )
 
 
 @dataclass(slots=True)
@@ -468,66 +385,44 @@ class ProducerStateManager:
         self._map_end_offset = 0
         self._last_snapshot_offset = None
 
-    def truncate_after(self, offset: int, directory: Path | None = None) -> int:
-        """The log now ends at ``offset`` (everything at or above it is gone).
-
-        Drops snapshots above ``offset`` from ``directory``, resets the state to the newest
-        valid snapshot at or below it (or to empty), and returns the offset from which the
+    def truncate_after(self, offset: int) -> int:
+        """The log now ends at ``offset`` (everything at or above it is gone) and there are no
+        snapshots to go back to: clears the state and returns 0, the offset from which the
         caller must replay the log, up to its new end, through ``update``. Nothing is reset
-        (and ``offset`` is returned) when no applied batch reaches ``offset``.
-        """
+        (and ``offset`` is returned) when no applied batch reaches ``offset``. With snapshot
+        files, ``snapshot.truncate_state_after`` resets to the newest one at or below it."""
         if offset >= self._map_end_offset:
-            if directory is not None:
-                snapshot.delete_snapshots_after(directory, offset)
             return offset
-        if directory is None:
-            self.clear()
-            logger.info(
-                "producer state cleared for truncation partition=%s offset=%d",
-                self.partition,
-                offset,
-            )
-            return 0
-        snapshot.delete_snapshots_after(directory, offset)
-        return self.load_from(directory, max_offset=offset)
+        self.clear()
+        logger.info(
+            "producer state cleared for truncation partition=%s offset=%d",
+            self.partition,
+            offset,
+        )
+        return 0
 
     # ------------------------------------------------------------------ snapshots
+    # The manager does no I/O: ``oncelog.storage.snapshot`` encodes ``snapshot_entries``,
+    # writes the file and calls ``on_snapshot_written``; loading reads the file and hands
+    # its entries to ``restore``.
 
-    def take_snapshot(self, directory: Path, offset: int, keep: int | None = 2) -> Path:
-        """Write the state, which must cover the log up to ``offset`` (normally the log end
-        offset), to ``directory``; then keep only the ``keep`` newest snapshots.
-
-        This blocks on fsync. To write from a worker thread instead: ``data =
-        encode_snapshot(offset)`` here, ``snapshot.write_encoded(directory, offset, data)``
-        in the thread, then ``on_snapshot_written(offset)`` back here."""
-        path = snapshot.write_encoded(directory, offset, self.encode_snapshot(offset))
-        self.on_snapshot_written(offset)
-        if keep is not None:
-            snapshot.keep_latest(directory, keep)
-        return path
-
-    def encode_snapshot(self, offset: int) -> bytes:
-        """The snapshot bytes for the state, which must cover the log up to ``offset``."""
+    def snapshot_entries(self, offset: int) -> list[ProducerStateEntry]:
+        """The entries a snapshot at ``offset`` holds; the state must cover the log up to
+        ``offset``. Live entries: encode them before the state changes again."""
         if offset < self._map_end_offset:
             raise ValueError(
                 f"snapshot offset {offset} is below the state's end {self._map_end_offset}"
             )
-        return snapshot.encode(offset, self._producers.values())
+        return list(self._producers.values())
 
     def on_snapshot_written(self, offset: int) -> None:
         self._last_snapshot_offset = offset
 
-    def load_from(self, directory: Path, max_offset: int | None = None) -> int:
-        """Replace the state with the newest valid snapshot (at or below ``max_offset`` if
-        given), dropping producers already expired. Returns the offset from which the caller
-        must replay the log tail through ``update`` (0 when there is no valid snapshot, i.e.
-        a full scan from the log start)."""
+    def restore(self, offset: int, entries: Iterable[ProducerStateEntry]) -> int:
+        """Replace the state with a snapshot's ``entries`` covering the log below ``offset``,
+        dropping producers already expired. Returns ``offset``, from which the caller must
+        replay the log tail through ``update``."""
         self.clear()
-        loaded = snapshot.load_latest(directory, max_offset=max_offset)
-        if loaded is None:
-            logger.info("no producer snapshot partition=%s: full scan", self.partition)
-            return 0
-        offset, entries = loaded
         for e in entries:
             self._producers[e.producer_id] = e
         self.remove_expired()

@@ -21,6 +21,10 @@ batches (up to 5) are written, so duplicate detection survives a restart unchang
 Files are written atomically: a temporary file, fsync, rename, fsync of the directory. A file
 that fails to parse (partial, flipped byte, wrong version) is logged, deleted, and the next
 older one is tried.
+
+This module owns the files; the manager (``producer_state``) owns the state and does no
+I/O. The engine calls ``take_snapshot``, ``load_state`` and ``truncate_state_after``, which
+move entries between the two.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from pathlib import Path
 
 import crc32c
 
-from oncelog.storage import producer_state as ps
+from oncelog.storage import producer_entry as ps
 from oncelog.storage.files import atomic_write, fsync_directory
+from oncelog.storage.producer_state import ProducerStateManager
 
 logger = logging.getLogger(__name__)
 
@@ -208,3 +213,55 @@ def _delete(directory: Path, doomed: Callable[[int], bool]) -> list[int]:
         fsync_directory(directory)  # a deleted stale snapshot must not come back
         logger.info("deleted producer snapshots directory=%s offsets=%s", directory, deleted)
     return deleted
+
+
+# ---------------------------------------------------------------------- the manager's files
+
+
+def encode_state(state: ProducerStateManager, offset: int) -> bytes:
+    """The snapshot bytes for ``state``, which must cover the log up to ``offset``."""
+    return encode(offset, state.snapshot_entries(offset))
+
+
+def take_snapshot(
+    state: ProducerStateManager, directory: Path, offset: int, keep: int | None = 2
+) -> Path:
+    """Write ``state``, which must cover the log up to ``offset`` (normally the log end
+    offset), to ``directory``; then keep only the ``keep`` newest snapshots.
+
+    This blocks on fsync. To write from a worker thread instead: ``data =
+    encode_state(state, offset)`` on the owner's thread, ``write_encoded(directory, offset,
+    data)`` in the worker, then ``state.on_snapshot_written(offset)`` back on the owner's."""
+    path = write_encoded(directory, offset, encode_state(state, offset))
+    state.on_snapshot_written(offset)
+    if keep is not None:
+        keep_latest(directory, keep)
+    return path
+
+
+def load_state(
+    state: ProducerStateManager, directory: Path, max_offset: int | None = None
+) -> int:
+    """Replace ``state`` with the newest valid snapshot in ``directory`` (at or below
+    ``max_offset`` if given), dropping producers already expired. Returns the offset from
+    which the caller must replay the log tail through ``update`` (0 when there is no valid
+    snapshot, i.e. a full scan from the log start)."""
+    loaded = load_latest(directory, max_offset=max_offset)
+    if loaded is None:
+        state.clear()
+        logger.info("no producer snapshot partition=%s: full scan", state.partition)
+        return 0
+    return state.restore(*loaded)
+
+
+def truncate_state_after(state: ProducerStateManager, offset: int, directory: Path) -> int:
+    """The log now ends at ``offset`` (everything at or above it is gone).
+
+    Drops snapshots above ``offset`` from ``directory``, resets ``state`` to the newest valid
+    snapshot at or below it (or to empty), and returns the offset from which the caller must
+    replay the log, up to its new end, through ``update``. Nothing is reset (and ``offset``
+    is returned) when no applied batch reaches ``offset``."""
+    delete_snapshots_after(directory, offset)
+    if offset >= state.map_end_offset:
+        return offset
+    return load_state(state, directory, max_offset=offset)

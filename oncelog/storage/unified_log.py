@@ -84,7 +84,7 @@ class UnifiedLog:
                 "%s: deleted producer snapshots above offset %d (log end %d)",
                 directory, keep_below, log.log_end_offset,
             )
-        start = state.load_from(directory, max_offset=keep_below)
+        start = snapshot.load_state(state, directory, max_offset=keep_below)
         if start < log.log_start_offset:
             start = log.log_start_offset
         log.truncate_txn_indexes_from(start)
@@ -262,7 +262,9 @@ class UnifiedLog:
         first: recovery trusts every entry below a snapshot."""
         try:
             self.log.flush_txn_indexes()
-            self.producer_state.take_snapshot(self.log.directory, self.log.log_end_offset)
+            snapshot.take_snapshot(
+                self.producer_state, self.log.directory, self.log.log_end_offset
+            )
         except OSError as exc:
             logger.warning("%s: producer state snapshot failed: %s", self.log.directory, exc)
 

@@ -3,7 +3,9 @@ transactions bookkeeping, expiry, truncation and replay."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +20,7 @@ from oncelog.records.batch import (
     NO_SEQUENCE,
     BatchHeader,
 )
-from oncelog.storage import snapshot
+from oncelog.storage import producer_entry, producer_state, snapshot
 from oncelog.storage.producer_state import (
     MAX_SEQUENCE,
     CompletedTxn,
@@ -491,10 +493,10 @@ def test_truncate_then_replay_equals_fresh_replay(
     for i, h in enumerate(log):
         m.update(h)
         if data.draw(st.booleans(), label=f"snapshot after batch {i}"):
-            m.take_snapshot(directory, h.next_offset, keep=None)
+            snapshot.take_snapshot(m, directory, h.next_offset, keep=None)
     cut = data.draw(st.sampled_from([h.base_offset for h in log] + [end]), label="truncate at")
 
-    start = m.truncate_after(cut, directory)
+    start = snapshot.truncate_state_after(m, cut, directory)
     replay(m, log, start, cut)
 
     fresh = manager()
@@ -522,9 +524,9 @@ def test_truncate_without_snapshots_requires_full_replay(
 def test_truncate_at_or_after_end_changes_nothing(tmp_path: Path) -> None:
     m = manager()
     append(m, batch(seq=0, count=3))
-    m.take_snapshot(tmp_path, 3)
+    snapshot.take_snapshot(m, tmp_path, 3)
     before = m.entries()
-    assert m.truncate_after(3, tmp_path) == 3
+    assert snapshot.truncate_state_after(m, 3, tmp_path) == 3
     assert m.truncate_after(3) == 3, "no replay needed when nothing applied is cut"
     assert m.truncate_after(10) == 10
     assert m.entries() == before
@@ -535,3 +537,28 @@ def test_clear() -> None:
     append(m, batch(seq=0, count=3))
     m.clear()
     assert len(m) == 0 and m.map_end_offset == 0 and m.last_snapshot_offset is None
+
+
+def _imported_modules(module: ModuleType) -> set[str]:
+    assert module.__file__ is not None
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_manager_does_no_io_and_the_entries_are_a_leaf() -> None:
+    """Snapshot files are ``snapshot``'s: the manager imports neither it nor any file
+    helper, so ``snapshot`` can import the manager without an import circle."""
+    io_modules = {"os", "pathlib", "shutil", "oncelog.storage.snapshot",
+                  "oncelog.storage.files"}
+    assert _imported_modules(producer_state) & io_modules == set()
+    assert not any(
+        name.startswith("oncelog.storage") for name in _imported_modules(producer_entry)
+    )
+    for gone in ("take_snapshot", "load_from", "encode_snapshot"):
+        assert not hasattr(ProducerStateManager, gone), gone

@@ -1,5 +1,5 @@
 """Producer state snapshots: format round trip, atomic files, corruption fallback, pruning,
-and the manager's take_snapshot/load_from."""
+and the file side of the manager (take_snapshot, load_state, truncate_state_after)."""
 
 from __future__ import annotations
 
@@ -166,11 +166,11 @@ def test_manager_snapshot_round_trip_keeps_duplicate_detection(tmp_path: Path) -
         m.update(h)
         offset = h.next_offset
     m.update(batch(pid=2, epoch=4, seq=0, count=1, offset=offset, txn=True))
-    m.take_snapshot(tmp_path, offset + 1)
+    snapshot.take_snapshot(m, tmp_path, offset + 1)
     assert m.last_snapshot_offset == offset + 1
 
     restarted = manager()
-    assert restarted.load_from(tmp_path) == offset + 1
+    assert snapshot.load_state(restarted, tmp_path) == offset + 1
     assert restarted.entries() == m.entries()
     assert restarted.last_snapshot_offset == offset + 1
     assert restarted.map_end_offset == offset + 1
@@ -185,7 +185,7 @@ def test_manager_keeps_two_snapshots_by_default(tmp_path: Path) -> None:
     m = manager()
     for o in (1, 2, 3, 4):
         m.update(batch(pid=1, epoch=0, seq=o - 1, count=1, offset=o - 1))
-        m.take_snapshot(tmp_path, o)
+        snapshot.take_snapshot(m, tmp_path, o)
     assert [o for o, _ in snapshot.list_snapshots(tmp_path)] == [3, 4]
 
 
@@ -193,7 +193,7 @@ def test_snapshot_must_cover_the_applied_state(tmp_path: Path) -> None:
     m = manager()
     m.update(batch(pid=1, epoch=0, seq=0, count=5, offset=0))
     with pytest.raises(ValueError):
-        m.take_snapshot(tmp_path, 4)
+        snapshot.take_snapshot(m, tmp_path, 4)
 
 
 def test_load_drops_expired_producers(tmp_path: Path) -> None:
@@ -202,17 +202,17 @@ def test_load_drops_expired_producers(tmp_path: Path) -> None:
     m.update(batch(pid=1, epoch=0, seq=0, count=1, offset=0, ts=NOW))
     m.update(batch(pid=2, epoch=0, seq=0, count=1, offset=1, ts=NOW + 600))
     m.update(batch(pid=3, epoch=0, seq=0, count=1, offset=2, ts=NOW, txn=True))
-    m.take_snapshot(tmp_path, 3)
+    snapshot.take_snapshot(m, tmp_path, 3)
     clock.advance(1000)
     restarted = manager(clock, expiration_ms=1000)
-    assert restarted.load_from(tmp_path) == 3
+    assert snapshot.load_state(restarted, tmp_path) == 3
     assert sorted(restarted.entries()) == [2, 3]
 
 
 def test_load_without_snapshot_means_full_scan(tmp_path: Path) -> None:
     m = manager()
     m.update(batch(pid=1, epoch=0, seq=0, count=1, offset=0))
-    assert m.load_from(tmp_path) == 0
+    assert snapshot.load_state(m, tmp_path) == 0
     assert len(m) == 0
 
 
@@ -252,9 +252,9 @@ def test_random_valid_appends_survive_a_snapshot_round_trip(
             raise AssertionError(f"valid append refused: {exc}") from exc
         m.update(h)
         offset = h.next_offset
-    m.take_snapshot(directory, offset)
+    snapshot.take_snapshot(m, directory, offset)
     restarted = manager()
-    assert restarted.load_from(directory) == offset
+    assert snapshot.load_state(restarted, directory) == offset
     assert restarted.entries() == m.entries()
     assert restarted.active_producers() == m.active_producers()
 
@@ -265,11 +265,11 @@ def test_encode_in_place_write_elsewhere(tmp_path: Path) -> None:
     m = manager()
     m.update(batch(pid=1, epoch=0, seq=0, count=2, offset=0))
     expected = m.entries()
-    data = m.encode_snapshot(2)
+    data = snapshot.encode_state(m, 2)
     m.update(batch(pid=1, epoch=0, seq=2, count=1, offset=2))  # after the bytes were taken
     snapshot.write_encoded(tmp_path, 2, data)
     m.on_snapshot_written(2)
     assert m.last_snapshot_offset == 2
     restarted = manager()
-    assert restarted.load_from(tmp_path) == 2
+    assert snapshot.load_state(restarted, tmp_path) == 2
     assert restarted.entries() == expected
