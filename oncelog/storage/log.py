@@ -30,20 +30,12 @@ Kafka's defaults (and oncelog's) set both to Long.MAX, leaving write-back to the
   replication for that case; a single node does not have it, so set ``flush.messages=1``
   (fsync per append, much slower) where that matters.
 
-Recovery
---------
-``open`` after an unclean stop (no ``.clean-shutdown``) validates every batch from the segment
-holding the recovery point to the end -- sizes, magic, offset order, CRC32C -- cuts the log at
-the first torn or corrupt batch (deleting any later segments), rebuilds the indexes of the
-scanned segments and fsyncs them. After a clean stop it trusts the files and only walks the
-headers after each segment's last index entry. Missing or inconsistent index files are rebuilt
-either way (the file is named in the log). A ``.txnindex`` cannot be rebuilt from the log
-alone (it needs the producer state): ``txn_index_rebuild_from`` tells the owner (UnifiedLog)
-from which offset to replay the log to rebuild the untrusted ones.
-
-The recovery point covers the transaction indexes too: every ``.txnindex`` entry whose
-marker is below it is fsynced (an entry appended for a marker that is already below it is
-fsynced at once, as with ``flush.messages=1``).
+Opening and recovery
+--------------------
+``open`` is ``log_loader``'s: after an unclean stop it validates the batches past the
+recovery point and cuts the log at the first torn or corrupt one. ``txn_index_rebuild_from``
+tells the owner (UnifiedLog) from which offset to replay the log to rebuild the
+``.txnindex`` files it rejected.
 
 Not thread-safe: a PartitionLog belongs to one thread (the broker's event loop); run blocking
 calls such as ``flush`` elsewhere only if nothing else touches the log meanwhile.
@@ -52,8 +44,6 @@ calls such as ``flush`` elsewhere only if nothing else touches the log meanwhile
 from __future__ import annotations
 
 import logging
-import os
-import re
 import shutil
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -64,30 +54,18 @@ from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.batch import LOG_OVERHEAD, BatchHeader
-from oncelog.records.codec import decode_batch
 from oncelog.records.validate import assign_offsets
-from oncelog.storage.checkpoint import (
-    LogCheckpoint,
-    read_checkpoint,
-    remove_clean_shutdown,
-    write_checkpoint,
-    write_clean_shutdown,
-)
+from oncelog.storage.checkpoint import LogCheckpoint, write_checkpoint, write_clean_shutdown
 from oncelog.storage.files import fsync_directory
-from oncelog.storage.segment import (
-    INT32_MAX,
-    LOG_SUFFIX,
-    SUFFIXES,
-    LogSegment,
-)
+from oncelog.storage.log_loader import load_log
+from oncelog.storage.retention import segments_below, segments_to_delete
+from oncelog.storage.segment import INT32_MAX, LogSegment
+from oncelog.storage.time_lookup import max_timestamp_offset, offset_for_timestamp
 from oncelog.storage.txn_index import AbortedTxn
 
 __all__ = ["AppendResult", "PartitionLog", "ReadResult"]
 
 logger = logging.getLogger(__name__)
-
-_SEGMENT_NAME = re.compile(r"^(\d{20})(\.[a-z]+)$")
-
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
@@ -152,108 +130,33 @@ class PartitionLog:
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, clock: Clock) -> PartitionLog:
-        """Create the log in ``directory`` or load it, recovering after an unclean stop."""
-        directory.mkdir(parents=True, exist_ok=True)
-        clean = remove_clean_shutdown(directory)
-        checkpoint = read_checkpoint(directory)
-        start_checkpoint = checkpoint.log_start_offset if checkpoint is not None else 0
-        bases = _scan_directory(directory)
-        now = clock.now_ms()
-        segments: list[LogSegment] = []
+        """Create the log in ``directory`` or load it, recovering after an unclean stop
+        (see ``log_loader``)."""
+        loaded = load_log(directory, config, clock)
         try:
-            if not bases:
-                segments.append(LogSegment.create(directory, start_checkpoint, now))
-                log = cls(directory, config, clock, segments, start_checkpoint, start_checkpoint)
-                log._dir_dirty = True
-            else:
-                log = cls._load(directory, config, clock, bases, clean, checkpoint)
-                segments = log._segments
+            log = cls(
+                directory, config, clock, loaded.segments, loaded.log_start_offset,
+                loaded.recovery_point,
+            )
+            log._txn_rebuild_from = loaded.txn_rebuild_from
+            log._dir_dirty = loaded.created
+            log_start, log_end = loaded.log_start_offset, log.log_end_offset
+            if log_start > log_end:
+                logger.warning(
+                    "%s: log start offset %d is past the recovered end %d; starting empty "
+                    "at %d", directory, log_start, log_end, log_start,
+                )
+                log._truncate_fully(log_start)
             log._flush(force_checkpoint=True)
         except BaseException:
-            for segment in segments:
+            for segment in loaded.segments:
                 segment.close()
             raise
         logger.info(
             "%s: opened (%s), offsets [%d, %d), %d segments, %d bytes",
-            directory, "clean" if clean else "recovered" if bases else "new",
-            log.log_start_offset, log.log_end_offset, len(log._segments), log.size_bytes,
+            directory, loaded.how, log.log_start_offset, log.log_end_offset,
+            len(log._segments), log.size_bytes,
         )
-        return log
-
-    @classmethod
-    def _load(
-        cls,
-        directory: Path,
-        config: LogConfig,
-        clock: Clock,
-        bases: list[int],
-        clean: bool,
-        checkpoint: LogCheckpoint | None,
-    ) -> PartitionLog:
-        now = clock.now_ms()
-        # After an unclean stop everything from the segment holding the recovery point on is
-        # validated; after a clean one nothing is (beyond index sanity checks).
-        if clean:
-            scan_from = len(bases)
-        else:
-            recovery_point = checkpoint.recovery_point if checkpoint is not None else 0
-            scan_from = max(0, bisect_right(bases, recovery_point) - 1)
-        segments: list[LogSegment] = []
-        try:
-            needs_recovery: list[bool] = []
-            for i, base in enumerate(bases):
-                segment, intact = LogSegment.open(
-                    directory, base, now, load_indexes=i < scan_from
-                )
-                segments.append(segment)
-                needs_recovery.append(not intact)
-            interval = config.index_interval_bytes
-            i = 0
-            while i < len(segments):
-                segment = segments[i]
-                if needs_recovery[i]:
-                    outcome = segment.recover(interval)
-                    later = segments[i + 1 :]
-                    # Past the recovery point a corrupt batch ends the log, and so does a
-                    # segment that stops short of the next one's base (a power loss can empty
-                    # its unflushed tail, leaving no torn bytes to cut); below it (an index
-                    # had to be rebuilt) only that segment is cut.
-                    ends_log = bool(i >= scan_from and later and (
-                        outcome.truncated_bytes or segment.next_offset != later[0].base_offset
-                    ))
-                    if ends_log:
-                        del segments[i + 1 :]
-                        for doomed in later:
-                            doomed.delete()
-                    if outcome.truncated_bytes or ends_log:
-                        logger.warning(
-                            "%s: recovery truncated segment %d at byte %d (offset %d): %s; "
-                            "%d bytes cut%s",
-                            directory, segment.base_offset, outcome.valid_bytes,
-                            outcome.next_offset,
-                            outcome.reason or f"the next segment starts at {later[0].base_offset}",
-                            outcome.truncated_bytes,
-                            f", {len(later)} later segments deleted (from offset "
-                            f"{later[0].base_offset})" if ends_log else "",
-                        )
-                i += 1
-        except BaseException:
-            for segment in segments:
-                segment.close()
-            raise
-        for segment in segments[:-1]:
-            segment.seal()  # a rebuilt inactive segment gets its closing time-index entry
-        untrusted = [s.base_offset for s in segments if not s.load_txn_index()]
-        log_end = segments[-1].next_offset
-        log_start = max(checkpoint.log_start_offset if checkpoint else 0, segments[0].base_offset)
-        log = cls(directory, config, clock, segments, log_start, log_end)
-        log._txn_rebuild_from = untrusted[0] if untrusted else None
-        if log_start > log_end:
-            logger.warning(
-                "%s: log start offset %d is past the recovered end %d; starting empty at %d",
-                directory, log_start, log_end, log_start,
-            )
-            log._truncate_fully(log_start)
         return log
 
     # ------------------------------------------------------------------ properties
@@ -514,56 +417,13 @@ class PartitionLog:
         """``(offset, timestamp)`` of the first record (in offset order, at or after the log
         start offset) whose timestamp is >= ``timestamp_ms``; None when there is none."""
         self._check_open()
-        for segment in self._segments:
-            if segment.max_timestamp < timestamp_ms:
-                continue
-            found = self._search_segment_by_time(segment, timestamp_ms)
-            if found is not None:
-                return found
-        return None
-
-    def _search_segment_by_time(
-        self, segment: LogSegment, target: int
-    ) -> tuple[int, int] | None:
-        lowest = max(self._log_start_offset, segment.base_offset)
-        below = segment.time_index.last_offset_below(target)
-        if below is not None:
-            lowest_unknown = segment.base_offset + below + 1  # all before it are older
-            lowest_scan = max(lowest, lowest_unknown)
-        else:
-            lowest_scan = lowest
-        found = segment.find_batch(lowest_scan)
-        if found is None:
-            return None
-        for pos, base, size, delta, max_ts in segment.walk(found[0], segment.size):
-            if max_ts < target or base + delta < lowest:
-                continue
-            _header, records = decode_batch(segment.read(pos, pos + size))
-            for record in records:
-                if record.timestamp >= target and record.offset >= lowest:
-                    return record.offset, record.timestamp
-        return None
+        return offset_for_timestamp(self._segments, self._log_start_offset, timestamp_ms)
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the (first) record with the largest timestamp; None
         when the log holds no record with a timestamp."""
         self._check_open()
-        best: LogSegment | None = None
-        for segment in self._segments:
-            if segment.max_timestamp >= 0 and (
-                best is None or segment.max_timestamp > best.max_timestamp
-            ):
-                best = segment
-        if best is None:
-            return None
-        found = best.find_batch(best.offset_of_max_timestamp)
-        if found is not None:
-            pos, _base, size, _delta = found
-            _header, records = decode_batch(best.read(pos, pos + size))
-            for record in records:
-                if record.timestamp == best.max_timestamp:
-                    return record.offset, record.timestamp
-        return best.offset_of_max_timestamp, best.max_timestamp
+        return max_timestamp_offset(self._segments)
 
     # ------------------------------------------------------------------ flushing
 
@@ -617,41 +477,15 @@ class PartitionLog:
     # ------------------------------------------------------------------ deletion
 
     def apply_retention(self) -> int:
-        """Delete whole segments, oldest first and never the active one: those entirely below
-        the log start offset, then (cleanup.policy includes delete) those whose largest
-        timestamp is older than retention.ms, then while the log exceeds retention.bytes by
-        at least the segment's size (-1 disables either). Returns segments deleted."""
+        """Delete whole segments, oldest first and never the active one, as
+        ``retention.segments_to_delete`` decides (below the log start offset, then by
+        retention.ms, then by retention.bytes). Returns segments deleted."""
         self._check_open()
-        segments = self._segments
-        limit = len(segments) - 1
-        count = 0
-        reasons: list[str] = []
-        while count < limit and segments[count + 1].base_offset <= self._log_start_offset:
-            count += 1
+        count, reason = segments_to_delete(
+            self._segments, self._log_start_offset, self._config, self._clock
+        )
         if count:
-            reasons.append("log start offset")
-        config = self._config
-        if "delete" in config.cleanup_policy:
-            before = count
-            if config.retention_ms >= 0:
-                now = self._clock.now_ms()
-                while (
-                    count < limit
-                    and now - _segment_timestamp(segments[count]) > config.retention_ms
-                ):
-                    count += 1
-                if count > before:
-                    reasons.append(f"retention.ms={config.retention_ms}")
-            before = count
-            if config.retention_bytes >= 0:
-                excess = sum(s.size for s in segments[count:]) - config.retention_bytes
-                while count < limit and excess - segments[count].size >= 0:
-                    excess -= segments[count].size
-                    count += 1
-                if count > before:
-                    reasons.append(f"retention.bytes={config.retention_bytes}")
-        if count:
-            self._delete_oldest(count, ", ".join(reasons))
+            self._delete_oldest(count, reason)
         return count
 
     def delete_records_before(self, offset: int) -> int:
@@ -665,9 +499,7 @@ class PartitionLog:
         if offset <= self._log_start_offset:
             return self._log_start_offset
         self._log_start_offset = offset
-        count = 0
-        while count < len(self._segments) - 1 and self._bases[count + 1] <= offset:
-            count += 1
+        count = segments_below(self._bases, offset)
         if count:
             self._delete_oldest(count, "delete records")
         else:
@@ -757,31 +589,3 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise KafkaError(ErrorCode.kafka_storage_error, f"{self._directory} is closed")
-
-
-def _segment_timestamp(segment: LogSegment) -> int:
-    """What retention.ms compares: the largest timestamp, or the file's mtime without one."""
-    if segment.max_timestamp >= 0:
-        return segment.max_timestamp
-    return os.fstat(segment.fd).st_mtime_ns // 1_000_000
-
-
-def _scan_directory(directory: Path) -> list[int]:
-    """Base offsets of the segments in ``directory``; index files whose log is gone are
-    removed."""
-    bases: set[int] = set()
-    sidecars: list[tuple[int, Path]] = []
-    for entry in directory.iterdir():
-        match = _SEGMENT_NAME.match(entry.name)
-        if match is None or match.group(2) not in SUFFIXES:
-            continue
-        base = int(match.group(1))
-        if match.group(2) == LOG_SUFFIX:
-            bases.add(base)
-        else:
-            sidecars.append((base, entry))
-    for base, path in sidecars:
-        if base not in bases:
-            logger.warning("%s: removing %s, which has no log file", directory, path.name)
-            path.unlink(missing_ok=True)
-    return sorted(bases)
