@@ -26,6 +26,7 @@ from kio.serial import entity_reader, entity_writer
 
 from oncelog.protocol import versions as api
 from oncelog.protocol.build import make, request_module
+from oncelog.protocol.varint import read_uvarint
 
 __all__ = [
     "CLIENT_VERSIONS",
@@ -116,24 +117,12 @@ def encode_request(correlation_id: int, client_id: str | None, body: Any) -> byt
 
 
 def _skip_tagged_fields(frame: bytes, pos: int) -> int:
-    count, pos = _uvarint(frame, pos)
+    count, pos = read_uvarint(frame, pos, len(frame))
     for _ in range(count):
-        _, pos = _uvarint(frame, pos)
-        size, pos = _uvarint(frame, pos)
+        _, pos = read_uvarint(frame, pos, len(frame))
+        size, pos = read_uvarint(frame, pos, len(frame))
         pos += size
     return pos
-
-
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
 
 
 def response_correlation_id(frame: bytes) -> int:

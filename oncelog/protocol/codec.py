@@ -20,6 +20,7 @@ from kio.serial import entity_reader, entity_writer
 
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.skim import skim
+from oncelog.protocol.varint import VarintError, read_uvarint
 
 _SIZE = struct.Struct(">i")
 _PREFIX = struct.Struct(">hhi")
@@ -47,19 +48,11 @@ class RequestHeader:
 
 
 def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise KafkaError(ErrorCode.invalid_request, "truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise KafkaError(ErrorCode.invalid_request, "varint too long")
+    try:
+        return read_uvarint(buf, pos, len(buf))
+    except VarintError as exc:
+        message = "truncated varint" if exc.truncated else "varint too long"
+        raise KafkaError(ErrorCode.invalid_request, message) from None
 
 
 def parse_request_header(frame: bytes | memoryview) -> RequestHeader:

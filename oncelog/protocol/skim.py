@@ -16,6 +16,7 @@ from types import EllipsisType, NoneType, UnionType
 from typing import Any, Union, get_args, get_origin
 
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol.varint import VarintError, read_uvarint
 
 _FIXED = {
     "bool": 1,
@@ -78,19 +79,11 @@ def _plan(cls: type) -> tuple[tuple[Step, ...], dict[int, Step], bool]:
 
 
 def _uvarint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise _bad("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 35:
-            raise _bad("varint too long")
+    # Up to six bytes (Kafka stops at five) as skim always allowed; kio decodes after it.
+    try:
+        return read_uvarint(buf, pos, end, 6)
+    except VarintError as exc:
+        raise _bad("truncated varint" if exc.truncated else "varint too long") from None
 
 
 def _length(

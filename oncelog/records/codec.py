@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol.varint import VarintError, read_uvarint
 from oncelog.records.batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -105,25 +106,16 @@ def varlong_size(value: int) -> int:
     return size
 
 
-def _read_unsigned(buf: Buffer, pos: int, max_bytes: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    end = len(buf)
-    for _ in range(max_bytes):
-        if pos >= end:
-            raise KafkaError(ErrorCode.corrupt_message, "truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-    raise KafkaError(ErrorCode.corrupt_message, f"varint longer than {max_bytes} bytes")
+def _corrupt_varint(exc: VarintError) -> KafkaError:
+    return KafkaError(ErrorCode.corrupt_message, str(exc))
 
 
 def decode_uvarint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
     """Read an unsigned varint (at most 5 bytes); return (value, position after it)."""
-    value, pos = _read_unsigned(buf, pos, 5)
+    try:  # the one decoder, called directly: this runs several times per record
+        value, pos = read_uvarint(buf, pos, len(buf), 5)
+    except VarintError as exc:
+        raise _corrupt_varint(exc) from None
     if value >= 2**32:
         raise KafkaError(ErrorCode.corrupt_message, "unsigned varint exceeds 32 bits")
     return value, pos
@@ -131,7 +123,10 @@ def decode_uvarint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
 
 def decode_uvarlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
     """Read an unsigned varlong (at most 10 bytes); return (value, position after it)."""
-    value, pos = _read_unsigned(buf, pos, 10)
+    try:
+        value, pos = read_uvarint(buf, pos, len(buf), 10)
+    except VarintError as exc:
+        raise _corrupt_varint(exc) from None
     if value >= 2**64:
         raise KafkaError(ErrorCode.corrupt_message, "unsigned varlong exceeds 64 bits")
     return value, pos
