@@ -58,9 +58,9 @@ from oncelog.records.validate import assign_offsets
 from oncelog.storage.checkpoint import LogCheckpoint, write_checkpoint, write_clean_shutdown
 from oncelog.storage.files import fsync_directory
 from oncelog.storage.log_loader import load_log
+from oncelog.storage.log_search import max_timestamp_offset, offset_for_timestamp, read_batches
 from oncelog.storage.retention import segments_below, segments_to_delete
 from oncelog.storage.segment import INT32_MAX, LogSegment
-from oncelog.storage.time_lookup import max_timestamp_offset, offset_for_timestamp
 from oncelog.storage.txn_index import AbortedTxn
 
 __all__ = ["AppendResult", "PartitionLog", "ReadResult"]
@@ -363,42 +363,10 @@ class PartitionLog:
         limit = end_offset if max_offset is None or max_offset > end_offset else max_offset
         if offset >= limit:
             return ReadResult(b"", offset, offset, start_offset, end_offset)
-        segments = self._segments
-        i = bisect_right(self._bases, offset) - 1
-        parts: list[bytes] = []
-        first_offset = -1
-        first_base = -1
-        next_offset = offset
-        budget = max_bytes
-        force = min_one_batch
-        while i < len(segments):
-            segment = segments[i]
-            i += 1
-            if segment.base_offset >= limit:
-                break
-            if first_offset < 0:
-                found = segment.find_batch(offset)
-                if found is None:
-                    continue
-                start, first_base = found[0], found[1]
-            elif segment.size == 0:
-                continue
-            else:
-                start = 0
-            end, after = segment.batches_end(start, budget, limit, force)
-            if end == start:
-                break
-            parts.append(segment.read(start, end))
-            if first_offset < 0:
-                first_offset = first_base
-            next_offset = after
-            budget -= end - start
-            force = False
-            if end < segment.size or budget <= 0:
-                break
-        if not parts:
+        found = read_batches(self._segments, self._bases, offset, max_bytes, limit, min_one_batch)
+        if found is None:
             return ReadResult(b"", offset, offset, start_offset, end_offset)
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        data, first_offset, next_offset = found
         return ReadResult(data, first_offset, next_offset, start_offset, end_offset)
 
     def batch_headers(self, start_offset: int = 0) -> Iterator[BatchHeader]:

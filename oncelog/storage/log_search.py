@@ -1,6 +1,7 @@
-"""Finding records by timestamp in a partition log's segments (ListOffsets by timestamp and
-MAX_TIMESTAMP; Kafka's ``UnifiedLog.fetchOffsetByTimestamp`` and
-``LogSegment.findOffsetByTimestamp``).
+"""Finding batches and records in a partition log's segments, oldest first: whole batches
+from an offset for Fetch (``read_batches``, behind ``PartitionLog.read``), and records by
+timestamp for ListOffsets (Kafka's ``UnifiedLog.fetchOffsetByTimestamp`` and
+``LogSegment.findOffsetByTimestamp``). Read-only: the log owns the segments.
 
 Each segment knows its largest timestamp and keeps a sparse time index (largest timestamp
 so far -> relative offset); the index narrows the scan to the batches that can hold the
@@ -9,12 +10,63 @@ first record at or after a timestamp, and only those batches are decoded.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from oncelog.records.codec import decode_batch
 from oncelog.storage.segment import LogSegment
 
-__all__ = ["max_timestamp_offset", "offset_for_timestamp"]
+__all__ = ["max_timestamp_offset", "offset_for_timestamp", "read_batches"]
+
+
+def read_batches(
+    segments: Sequence[LogSegment],
+    bases: Sequence[int],
+    offset: int,
+    max_bytes: int,
+    limit: int,
+    min_one_batch: bool,
+) -> tuple[bytes, int, int] | None:
+    """``(data, first_offset, next_offset)``: whole batches from the one holding ``offset``
+    (which the caller checked is in the log), up to ``max_bytes`` (but at least one batch
+    when ``min_one_batch``), none with a base offset at or above ``limit``; ``bases`` are
+    the segments' base offsets. None when no batch qualifies."""
+    i = bisect_right(bases, offset) - 1
+    parts: list[bytes] = []
+    first_offset = -1
+    first_base = -1
+    next_offset = offset
+    budget = max_bytes
+    force = min_one_batch
+    while i < len(segments):
+        segment = segments[i]
+        i += 1
+        if segment.base_offset >= limit:
+            break
+        if first_offset < 0:
+            found = segment.find_batch(offset)
+            if found is None:
+                continue
+            start, first_base = found[0], found[1]
+        elif segment.size == 0:
+            continue
+        else:
+            start = 0
+        end, after = segment.batches_end(start, budget, limit, force)
+        if end == start:
+            break
+        parts.append(segment.read(start, end))
+        if first_offset < 0:
+            first_offset = first_base
+        next_offset = after
+        budget -= end - start
+        force = False
+        if end < segment.size or budget <= 0:
+            break
+    if not parts:
+        return None
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    return data, first_offset, next_offset
 
 
 def offset_for_timestamp(
