@@ -45,9 +45,6 @@ from oncelog.clock import Clock
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 from oncelog.storage.producer_entry import (
-    MAX_SEQUENCE,
-    NO_COORDINATOR_EPOCH,
-    NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
     CompletedTxn,
     DuplicateBatch,
@@ -56,18 +53,7 @@ from oncelog.storage.producer_entry import (
     next_sequence,
 )
 
-__all__ = [
-    "MAX_SEQUENCE",
-    "NO_COORDINATOR_EPOCH",
-    "NUM_BATCHES_TO_RETAIN",
-    "BatchMetadata",
-    "CompletedTxn",
-    "DuplicateBatch",
-    "ProducerInfo",
-    "ProducerStateEntry",
-    "ProducerStateManager",
-    "next_sequence",
-]
+__all__ = ["ProducerStateManager"]
 
 logger = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from oncelog.records.batch import (
     BatchHeader,
 )
 from oncelog.storage import producer_entry, producer_state, snapshot
-from oncelog.storage.producer_state import (
+from oncelog.storage.producer_entry import (
     MAX_SEQUENCE,
     CompletedTxn,
     DuplicateBatch,
     ProducerInfo,
-    ProducerStateManager,
 )
+from oncelog.storage.producer_state import ProducerStateManager
 
 NOW = 1_700_000_000_000
 

@@ -14,13 +14,13 @@ from oncelog.clock import FakeClock
 from oncelog.errors import KafkaError
 from oncelog.records.batch import ATTR_TRANSACTIONAL, BatchHeader
 from oncelog.storage import snapshot
-from oncelog.storage.producer_state import (
+from oncelog.storage.producer_entry import (
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
     DuplicateBatch,
     ProducerStateEntry,
-    ProducerStateManager,
 )
+from oncelog.storage.producer_state import ProducerStateManager
 
 NOW = 1_700_000_000_000
 

@@ -43,7 +43,7 @@ from oncelog.records.batch import BatchHeader
 from oncelog.records.codec import RecordInput, decode_batch, encode_batch, iter_records
 from oncelog.records.validate import validate_batches
 from oncelog.storage.checkpoint import CHECKPOINT_FILE, LogCheckpoint, write_checkpoint
-from oncelog.storage.producer_state import ProducerStateEntry
+from oncelog.storage.producer_entry import ProducerStateEntry
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.unified_log import UnifiedLog
 from tests.unit.storage.fsync_shim import FsyncTracker, power_loss
