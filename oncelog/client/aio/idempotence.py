@@ -103,7 +103,7 @@ class IdempotenceManager:
         """Called by the sender that sends this producer's records."""
         self._queue = queue
 
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
         if self.fatal is not None:
             raise self.fatal
         if self.queue.closed:

@@ -98,7 +98,7 @@ class TransactionManager(IdempotenceManager):
     # ------------------------------------------------------------------ transactions
 
     def _require_transactional(self, call: str) -> None:
-        self._check_usable()
+        self.check_usable()
         if self.transactional_id is None:
             raise IllegalStateError(f"{call} needs transactional.id")
         self.txn.check_call(call)
@@ -364,7 +364,7 @@ class TransactionManager(IdempotenceManager):
 
     async def complete_transaction(self, state: PreparedTxnState | str) -> None:
         """Commit if ``state`` is the prepared transaction, abort otherwise (KIP-939)."""
-        self._check_usable()
+        self.check_usable()
         if self.transactional_id is None:
             raise IllegalStateError("complete_transaction needs transactional.id")
         given = state if isinstance(state, PreparedTxnState) else PreparedTxnState(state)
