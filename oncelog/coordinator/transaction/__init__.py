@@ -5,12 +5,7 @@ the state machine in ``state.py``, per-id metadata and transitions in ``metadata
 ``decisions.py``, the cache, log appends, loading and sweeps in ``state_manager.py``, and the
 marker retry loop with its error classifier in ``marker_channel.py``."""
 
-from oncelog.coordinator.transaction.coordinator import (
-    OFFSETS_TOPIC,
-    TRANSACTION_STATE_TOPIC,
-    TransactionCoordinator,
-    transaction_log_partition,
-)
+from oncelog.coordinator.transaction.coordinator import OFFSETS_TOPIC, TransactionCoordinator
 from oncelog.coordinator.transaction.marker_channel import (
     MarkerOutcome,
     MarkerWriter,
@@ -30,7 +25,11 @@ from oncelog.coordinator.transaction.results import (
     TxnCoordinatorStatistics,
 )
 from oncelog.coordinator.transaction.state import TransactionState
-from oncelog.coordinator.transaction.state_manager import TransactionStateManager
+from oncelog.coordinator.transaction.state_manager import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionStateManager,
+    transaction_log_partition,
+)
 from oncelog.coordinator.transaction.store import InMemoryTxnLogStore, TxnLogStore
 
 __all__ = [

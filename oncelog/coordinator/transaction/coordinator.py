@@ -57,7 +57,6 @@ from oncelog.coordinator.transaction.state import IllegalStateTransition, Transa
 from oncelog.coordinator.transaction.state_manager import (
     TRANSACTION_STATE_TOPIC,
     TransactionStateManager,
-    transaction_log_partition,
 )
 from oncelog.coordinator.transaction.store import TxnLogStore
 from oncelog.errors import ErrorCode, KafkaError
@@ -65,13 +64,6 @@ from oncelog.errors import ErrorCode, KafkaError
 logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-
-__all__ = [
-    "OFFSETS_TOPIC",
-    "TRANSACTION_STATE_TOPIC",
-    "TransactionCoordinator",
-    "transaction_log_partition",
-]
 
 _S = TransactionState
 
@@ -430,7 +422,7 @@ class TransactionCoordinator:
             self._channel.attach(tasks)
             try:
                 self._running.set()
-                await self._sweep_loop()
+                await self._state.run_sweeps(self.abort_timed_out_transactions, self._sleep)
             finally:
                 self._running.clear()
                 self._channel.detach()
@@ -438,28 +430,6 @@ class TransactionCoordinator:
 
     async def wait_running(self) -> None:
         await self._running.wait()
-
-    async def _sweep_loop(self) -> None:
-        abort_every = int(
-            self._config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
-        )
-        expire_every = int(
-            self._config["transaction.remove.expired.transaction.cleanup.interval.ms"]
-        )
-        start = self._clock.monotonic_ms()
-        next_abort, next_expire = start + abort_every, start + expire_every
-        while True:
-            now = self._clock.monotonic_ms()
-            wait_ms = min(next_abort, next_expire) - now
-            if wait_ms > 0:
-                await self._sleep(wait_ms / 1000)
-                continue
-            if now >= next_abort:
-                self.abort_timed_out_transactions()
-                next_abort = self._clock.monotonic_ms() + abort_every
-            if now >= next_expire:
-                self.remove_expired_transactional_ids()
-                next_expire = self._clock.monotonic_ms() + expire_every
 
     # ------------------------------------------------------------ admin views
 

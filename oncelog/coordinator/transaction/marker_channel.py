@@ -22,19 +22,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from oncelog.clock import Clock
 from oncelog.coordinator.transaction.metadata import TopicPartition
 from oncelog.coordinator.transaction.state import TransactionState
-from oncelog.coordinator.transaction.state_manager import TransactionStateManager
+from oncelog.coordinator.transaction.state_manager import Sleep, TransactionStateManager
 from oncelog.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
-
-Sleep = Callable[[float], Awaitable[None]]
-
 
 class MarkerWriter(Protocol):
     async def write_markers(

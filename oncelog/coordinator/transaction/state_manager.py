@@ -9,7 +9,8 @@ cache from the log after a restart, the list of transactions for ListTransaction
 two sweeps' halves that concern the cache: which transactions have timed out, and forgetting
 idle transactional ids (tombstones first, then the cache).
 
-Synchronous and sans-IO apart from the store it is given; the clock is injected.
+Synchronous and sans-IO apart from the store it is given (``run_sweeps`` only awaits the
+injected ``sleep``); the clock is injected.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
@@ -38,6 +39,8 @@ from oncelog.faults import crash_point
 logger = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+Sleep = Callable[[float], Awaitable[None]]
 
 _S = TransactionState
 
@@ -218,6 +221,33 @@ class TransactionStateManager:
                     md.cancel_transition()
         self.expired += removed
         return removed
+
+    async def run_sweeps(self, abort_timed_out: Callable[[], object], sleep: Sleep) -> None:
+        """Run the two sweeps until cancelled, in one loop so they never overlap: the
+        coordinator's ``abort_timed_out`` (it needs the marker channel) every
+        ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, and
+        ``remove_expired_transactional_ids`` every
+        ``transaction.remove.expired.transaction.cleanup.interval.ms``."""
+        abort_every = int(
+            self._config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+        )
+        expire_every = int(
+            self._config["transaction.remove.expired.transaction.cleanup.interval.ms"]
+        )
+        start = self._clock.monotonic_ms()
+        next_abort, next_expire = start + abort_every, start + expire_every
+        while True:
+            now = self._clock.monotonic_ms()
+            wait_ms = min(next_abort, next_expire) - now
+            if wait_ms > 0:
+                await sleep(wait_ms / 1000)
+                continue
+            if now >= next_abort:
+                abort_timed_out()
+                next_abort = self._clock.monotonic_ms() + abort_every
+            if now >= next_expire:
+                self.remove_expired_transactional_ids()
+                next_expire = self._clock.monotonic_ms() + expire_every
 
     # ------------------------------------------------------------ admin views
 
