@@ -139,7 +139,6 @@ class TransactionCoordinator:
             logger.error("cannot allocate a producer id: %s", exc)
             raise KafkaError(ErrorCode.coordinator_not_available, str(exc)) from exc
 
-
     # -------------------------------------------------------------- InitProducerId
 
     async def handle_init_producer_id(
@@ -427,7 +426,6 @@ class TransactionCoordinator:
                 self._running.clear()
                 self._channel.detach()
 
-
     async def wait_running(self) -> None:
         await self._running.wait()
 
@@ -443,7 +441,6 @@ class TransactionCoordinator:
         return self._state.list_transactions(
             state_filters, producer_id_filters, duration_filter_ms, transactional_id_pattern
         )
-
 
     def describe_transactions(self, transactional_ids: Iterable[str]) -> list[DescribedTransaction]:
         out = []
