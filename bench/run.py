@@ -1,4 +1,4 @@
-"""Throughput of oncelog next to the peer broker Tansu, with the same confluent-kafka settings.
+"""Throughput of oncelog next to Tansu and Apache Kafka 4.4, with the same confluent-kafka settings.
 
     .venv/bin/python bench/run.py                       # everything, written to bench/RESULTS.md
     .venv/bin/python bench/run.py --scale 0.1           # a quick run (10% of the records)
@@ -7,7 +7,8 @@
     .venv/bin/python bench/run.py --list                # the scenario registry
 
 For every scenario and broker: start a fresh broker on loopback (oncelog with a temporary
-data dir; Tansu with in-memory storage), create the topic, run the producer and then the
+data dir; Tansu with in-memory storage; Kafka 4.4, one KRaft node, with a temporary log dir,
+see docs/reference-kafka.md), create the topic, run the producer and then the
 consumer, each in its own process (bench/workload.py), and stop the broker. Logs, raw
 results and profiles go to bench/out/ (git-ignored).
 """
@@ -142,13 +143,13 @@ def results_table(
     by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for outcome in outcomes:
         by_key[(outcome["scenario"], outcome["broker"])].append(outcome)
-    both = broker_names == ["oncelog", "tansu"] or set(broker_names) == {"oncelog", "tansu"}
+    # oncelog's rate over each other broker's, e.g. "oncelog/Tansu".
+    others = [n for n in broker_names if n != "oncelog"] if "oncelog" in broker_names else []
     header = ["scenario", "records", "phase"]
     for name in broker_names:
         label = brokers.LABELS[name]
         header += [f"{label} records/s", f"{label} MB/s"]
-    if both:
-        header.append("oncelog/Tansu")
+    header += [f"oncelog/{brokers.LABELS[n]}" for n in others]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 3 + "---:|" * (len(header) - 3)]
     joins = ["| scenario | " + " | ".join(f"{brokers.LABELS[n]} join s" for n in broker_names)
              + " |", "|---|" + "---:|" * len(broker_names)]
@@ -171,9 +172,9 @@ def results_table(
                 if phase == "consume":
                     join = chosen.get("join_seconds") if chosen else None
                     join_cells.append(f"{join:.2f}" if join is not None else "—")
-            if both:
-                ratio = (rates["oncelog"] / rates["tansu"]
-                         if "oncelog" in rates and "tansu" in rates else None)
+            for other in others:
+                ratio = (rates["oncelog"] / rates[other]
+                         if "oncelog" in rates and other in rates else None)
                 cells.append(f"{ratio:.2f}" if ratio is not None else "—")
             lines.append("| " + " | ".join(cells) + " |")
         joins.append(f"| {scenario.name} | " + " | ".join(join_cells) + " |")
@@ -288,7 +289,7 @@ def write_report(
     command = " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/run.py", *argv])
     extras = [f"- `{s.name}`: {s.description}" for s in scenarios if s.description]
     text = [
-        "# oncelog vs Tansu: produce and consume throughput",
+        "# oncelog vs Tansu and Apache Kafka: produce and consume throughput",
         "",
         f"Command: `{command}` — {time.strftime('%Y-%m-%d %H:%M %Z')}",
         "",
@@ -298,11 +299,13 @@ def write_report(
         "",
         "## Method",
         "",
-        "Both brokers on loopback, one at a time, started fresh for each scenario (oncelog:",
+        "The brokers on loopback, one at a time, started fresh for each scenario (oncelog:",
         "`oncelog serve` with a new data dir on the filesystem above, log level WARNING;",
-        "Tansu: `tansu broker --storage-engine memory://tansu/`, i.e. nothing on disk).",
+        "Tansu: `tansu broker --storage-engine memory://tansu/`, i.e. nothing on disk;",
+        "Kafka: Apache Kafka 4.4 as one KRaft broker+controller with Kafka's defaults and a",
+        "new log dir, see docs/reference-kafka.md and the JVM settings above).",
         "Producer and consumer are confluent-kafka, each in its own process, same settings",
-        f"for both brokers. Producer: `{json.dumps(dict(BASE_PRODUCER))}`; one unkeyed",
+        f"for every broker. Producer: `{json.dumps(dict(BASE_PRODUCER))}`; one unkeyed",
         "record value of the scenario's size, produced as fast as the client accepts;",
         "timed from the first `produce()` to the return of the final `flush()`.",
         f"Consumer: `{json.dumps(dict(BASE_CONSUMER))}`, a fresh group, `consume(10000)`",
@@ -327,7 +330,7 @@ def write_report(
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--brokers", default="oncelog,tansu")
+    parser.add_argument("--brokers", default="oncelog,tansu,kafka")
     parser.add_argument("--scenarios", default=None,
                         help="comma-separated names, or 'all' (default: the default set)")
     parser.add_argument("--scale", type=float, default=1.0, help="share of the records")
@@ -393,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
 
         tansu_version = machine._run(str(tansu_binary()), "--version")
     info = machine.describe(REPO, Path(tempfile.gettempdir()), tansu_version)
+    if "kafka" in broker_names:
+        from tests.support.kafka import describe as describe_kafka
+
+        info["Kafka"] = describe_kafka()
     report = write_report(args, argv, outcomes, broker_names, scenarios, info, out_dir)
     print(report)
     args.output.parent.mkdir(parents=True, exist_ok=True)
