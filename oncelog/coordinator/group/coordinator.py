@@ -41,9 +41,7 @@ from oncelog.coordinator.group.results import (
     JoinResult,
     ListedGroup,
     MemberDescription,
-    OffsetFetchEntry,
     SyncResult,
-    TopicPartition,
 )
 from oncelog.coordinator.group.state import GroupState, parse_state
 from oncelog.coordinator.group.store import OffsetsStore
@@ -79,6 +77,14 @@ class GroupCoordinator:
         self._sync_waiters: dict[_Key, asyncio.Future[SyncResult]] = {}
         self._wakeup = asyncio.Event()
         self._records_loaded = 0
+        # Answered at once, without waiting: the decisions themselves.
+        self.heartbeat = self._membership.heartbeat
+        self.commit_offsets = self._offsets.commit_offsets
+        self.commit_txn_offsets = self._offsets.commit_txn_offsets
+        # The broker's callback once a COMMIT/ABORT marker is durably in an offsets partition.
+        self.on_txn_marker = self._offsets.on_txn_marker
+        self.fetch_offsets = self._offsets.fetch_offsets
+        self.delete_groups = self._offsets.delete_groups
 
     def partition_for(self, group_id: str) -> int:
         """The ``__consumer_offsets`` partition of a group (Kafka's formula)."""
@@ -125,12 +131,6 @@ class GroupCoordinator:
                                          protocol_type, protocol_name, assignments)
         return await self._answer(decision)
 
-    def heartbeat(
-        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
-    ) -> ErrorCode:
-        return self._membership.heartbeat(group_id, generation_id, member_id,
-                                          group_instance_id)
-
     def leave_group(
         self, group_id: str, members: Sequence[tuple[str, str | None]]
     ) -> list[ErrorCode]:
@@ -173,53 +173,6 @@ class GroupCoordinator:
         if decision.reschedule:
             self._wakeup.set()
         return created
-
-    # -- offsets ---------------------------------------------------------------------------
-
-    def commit_offsets(
-        self,
-        group_id: str,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        offsets: Mapping[TopicPartition, OffsetCommitEntry],
-    ) -> dict[TopicPartition, ErrorCode]:
-        return self._offsets.commit_offsets(group_id, generation_id, member_id,
-                                            group_instance_id, offsets)
-
-    def commit_txn_offsets(
-        self,
-        transactional_id: str,
-        group_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        offsets: Mapping[TopicPartition, OffsetCommitEntry],
-    ) -> dict[TopicPartition, ErrorCode]:
-        return self._offsets.commit_txn_offsets(
-            transactional_id, group_id, producer_id, producer_epoch, generation_id,
-            member_id, group_instance_id, offsets,
-        )
-
-    def on_txn_marker(
-        self, offsets_partition: int, producer_id: int, commit: bool, producer_epoch: int = -1
-    ) -> None:
-        """The broker's callback once a COMMIT/ABORT marker is durably in an offsets
-        partition (see ``OffsetManager.on_txn_marker``)."""
-        self._offsets.on_txn_marker(offsets_partition, producer_id, commit, producer_epoch)
-
-    def fetch_offsets(
-        self,
-        group_id: str,
-        partitions: Iterable[TopicPartition] | None,
-        require_stable: bool = False,
-    ) -> dict[TopicPartition, OffsetFetchEntry]:
-        return self._offsets.fetch_offsets(group_id, partitions, require_stable)
-
-    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
-        return self._offsets.delete_groups(group_ids)
 
     # -- admin views -----------------------------------------------------------------------
 

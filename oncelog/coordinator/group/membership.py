@@ -25,10 +25,12 @@ The rebalance, in Kafka's terms:
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Concatenate, ParamSpec, TypeVar
 
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.metadata import GroupMetadata, MemberMetadata, Protocols
@@ -59,6 +61,22 @@ STABLE = GroupState.STABLE
 DEAD = GroupState.DEAD
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _decides(
+    method: Callable[Concatenate[GroupMembership, P], T | None],
+) -> Callable[Concatenate[GroupMembership, P], Decision[T]]:
+    """A decision method: its answer (None: the caller waits) with the events it produced."""
+
+    @functools.wraps(method)
+    def decide(self: GroupMembership, *args: P.args, **kwargs: P.kwargs) -> Decision[T]:
+        return self._rebalance.take(method(self, *args, **kwargs))
+
+    return decide
+
+
 @dataclass(frozen=True, slots=True)
 class _JoinRequest:
     group_instance_id: str | None
@@ -82,6 +100,7 @@ class GroupMembership:
     # ======================================================================================
     # JoinGroup
 
+    @_decides
     def join(
         self,
         group_id: str,
@@ -94,7 +113,7 @@ class GroupMembership:
         client_id: str,
         client_host: str,
         require_known_member_id: bool,
-    ) -> Decision[JoinResult]:
+    ) -> JoinResult | None:
         """The decision of a JoinGroup. ``rebalance_timeout_ms`` < 0 (JoinGroup v0) means
         "same as the session timeout"."""
         protos: Protocols = tuple((name, bytes(data)) for name, data in protocols)
@@ -104,8 +123,7 @@ class GroupMembership:
             group_instance_id, protocol_type, protos, session_timeout_ms,
             rebalance_timeout_ms, client_id, client_host,
         )
-        answer = self._join(group_id, member_id, request, require_known_member_id)
-        return self._rebalance.take(answer)
+        return self._join(group_id, member_id, request, require_known_member_id)
 
     def _join(
         self, group_id: str, member_id: str, req: _JoinRequest, require_known_member_id: bool
@@ -252,6 +270,7 @@ class GroupMembership:
     # ======================================================================================
     # SyncGroup
 
+    @_decides
     def sync(
         self,
         group_id: str,
@@ -261,23 +280,8 @@ class GroupMembership:
         protocol_type: str | None,
         protocol_name: str | None,
         assignments: Mapping[str, bytes],
-    ) -> Decision[SyncResult]:
-        """Followers wait for the leader's assignment; the leader's is stored, then shared."""
-        return self._rebalance.take(self._sync(
-            group_id, generation_id, member_id, group_instance_id, protocol_type,
-            protocol_name, assignments,
-        ))
-
-    def _sync(
-        self,
-        group_id: str,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        protocol_type: str | None,
-        protocol_name: str | None,
-        assignments: Mapping[str, bytes],
     ) -> SyncResult | None:
+        """Followers wait for the leader's assignment; the leader's is stored, then shared."""
         if not group_id:
             return SyncResult(ErrorCode.invalid_group_id)
         group = self._table.get(group_id)
@@ -337,9 +341,10 @@ class GroupMembership:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
+    @_decides
     def leave(
         self, group_id: str, members: Sequence[tuple[str, str | None]]
-    ) -> Decision[list[ErrorCode]]:
+    ) -> list[ErrorCode] | None:
         """Per leaving (member id, group instance id), an error code.
 
         Raises KafkaError for errors of the whole request (invalid group id, dead group)."""
@@ -347,10 +352,10 @@ class GroupMembership:
             raise KafkaError(ErrorCode.invalid_group_id, "empty group id")
         group = self._table.get(group_id)
         if group is None:
-            return self._rebalance.take([ErrorCode.unknown_member_id for _ in members])
+            return [ErrorCode.unknown_member_id for _ in members]
         if group.is_(DEAD):
             raise KafkaError(ErrorCode.coordinator_not_available, f"group {group_id} is dead")
-        return self._rebalance.take([self._leave_one(group, mid, iid) for mid, iid in members])
+        return [self._leave_one(group, mid, iid) for mid, iid in members]
 
     def _leave_one(
         self, group: GroupMetadata, member_id: str, instance_id: str | None
@@ -377,13 +382,13 @@ class GroupMembership:
     # ======================================================================================
     # Timeouts
 
-    def sweep(self) -> Decision[None]:
+    @_decides
+    def sweep(self) -> None:
         """Expire, in every group, what is due at the clock's current time (sessions,
         pending members, join phases, sync waits)."""
         now = self._clock.monotonic_ms()
         for group in list(self._table.groups.values()):
             self._rebalance.sweep(group, now)
-        return self._rebalance.take(None)
 
     def next_deadline(self) -> int | None:
         """The earliest monotonic deadline of any group (None if there is none)."""

@@ -100,15 +100,9 @@ class OffsetManager:
         def every(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return {tp: code for tp in offsets}
 
-        group = self._table.get(group_id)
-        created = False
+        group, created, error = self._group_to_commit_to(group_id, generation_id)
         if group is None:
-            if generation_id >= 0:
-                return every(ErrorCode.illegal_generation)
-            group = self._table.new_group(group_id)
-            created = True
-        elif group.is_(DEAD):
-            return every(ErrorCode.coordinator_not_available)
+            return every(error)
         member: MemberMetadata | None = None
         if not (generation_id < 0 and group.is_(EMPTY)):
             if group.static_member_fenced(member_id, group_instance_id):
@@ -175,15 +169,9 @@ class OffsetManager:
             log.info("group %s: TxnOffsetCommit of %r fenced: producer id %d epoch %d < %d",
                      group_id, transactional_id, producer_id, producer_epoch, known[0])
             return every(ErrorCode.invalid_producer_epoch)
-        group = self._table.get(group_id)
-        created = False
+        group, created, error = self._group_to_commit_to(group_id, generation_id)
         if group is None:
-            if generation_id >= 0:
-                return every(ErrorCode.illegal_generation)
-            group = self._table.new_group(group_id)
-            created = True
-        elif group.is_(DEAD):
-            return every(ErrorCode.coordinator_not_available)
+            return every(error)
         error = _check_txn_commit_member(group, generation_id, member_id, group_instance_id)
         if error is not ErrorCode.none:
             return every(error)
@@ -214,6 +202,21 @@ class OffsetManager:
                   group_id, len(accepted), transactional_id, producer_id)
         results.update({tp: ErrorCode.none for tp in accepted})
         return results
+
+    def _group_to_commit_to(
+        self, group_id: str, generation_id: int
+    ) -> tuple[GroupMetadata | None, bool, ErrorCode]:
+        """The group a commit goes to, and whether it is new (a standalone commit to an
+        unknown group creates it, added to the table only once the append succeeds); or
+        None and the error for every partition."""
+        group = self._table.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return None, False, ErrorCode.illegal_generation
+            return self._table.new_group(group_id), True, ErrorCode.none
+        if group.is_(DEAD):
+            return None, False, ErrorCode.coordinator_not_available
+        return group, False, ErrorCode.none
 
     def _accept_offsets(
         self,
