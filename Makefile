@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint bench clean
+.PHONY: serve test lint bench clean reference
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,12 +26,17 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check oncelog tests bench
 	$(VENV)/bin/mypy
 
-test: $(TEST_STAMP) lint
+# The reference Apache Kafka 4.4 broker and the Java harness (docs/reference-kafka.md):
+# fetched once with Maven into .cache/, a no-op afterwards. Not needed by `make serve`.
+reference:
+	tests/support/fetch_kafka.sh
+
+test: $(TEST_STAMP) lint reference
 	$(VENV)/bin/pytest -q tests
 
-bench: $(TEST_STAMP)
+bench: $(TEST_STAMP) reference
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/run.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data .cache

@@ -1,4 +1,5 @@
-"""Starting the brokers under test on loopback: oncelog (optionally profiled) and Tansu.
+"""Starting the brokers under test on loopback: oncelog (optionally profiled), Tansu and
+Apache Kafka 4.4 (the reference broker of tests/support/kafka.py, one KRaft node).
 
 With ``profile``, py-spy attaches to the running oncelog once it is ready and is stopped
 (SIGINT, which makes it write its output) before the broker is, so the profile covers the
@@ -20,13 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.broker import BrokerProcess
+from tests.support.kafka import KafkaProcess
 from tests.support.process import ServerProcess
 from tests.support.tansu import TansuProcess
 
 logger = logging.getLogger(__name__)
 
-BROKERS = ("oncelog", "tansu")
-LABELS = {"oncelog": "oncelog", "tansu": "Tansu"}
+BROKERS = ("oncelog", "tansu", "kafka")
+LABELS = {"oncelog": "oncelog", "tansu": "Tansu", "kafka": "Kafka"}
 
 
 @dataclass
@@ -99,11 +101,27 @@ def start_tansu(out_dir: Path, tag: str) -> Running:
     return Running("tansu", tansu, tansu.bootstrap)
 
 
+def start_kafka(out_dir: Path, tag: str) -> Running:
+    """Kafka 4.4 with its log dirs in a temporary dir (Kafka's defaults, JVM settings of
+    tests/support/kafka.py: -Xms512m -Xmx512m and kafka-run-class.sh's G1 options)."""
+    data_parent = Path(tempfile.mkdtemp(prefix="kafka-bench-"))
+    kafka = KafkaProcess(data_parent / "data", log_path=out_dir / f"kafka-{tag}.log",
+                         stop_timeout=120.0)
+    try:
+        kafka.start()
+    except BaseException:
+        shutil.rmtree(data_parent, ignore_errors=True)
+        raise
+    return Running("kafka", kafka, kafka.bootstrap, cleanup=[data_parent])
+
+
 def start(name: str, out_dir: Path, tag: str, *, profile: bool) -> Running:
     if name == "oncelog":
         return start_oncelog(out_dir, tag, profile=profile)
     if name == "tansu":
         return start_tansu(out_dir, tag)
+    if name == "kafka":
+        return start_kafka(out_dir, tag)
     raise ValueError(f"unknown broker {name!r}; known: {', '.join(BROKERS)}")
 
 

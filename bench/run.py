@@ -1,4 +1,4 @@
-"""Throughput of oncelog next to the peer broker Tansu, with the same confluent-kafka settings.
+"""Throughput of oncelog next to Tansu and Apache Kafka 4.4, with the same confluent-kafka settings.
 
     .venv/bin/python bench/run.py                       # everything, written to bench/RESULTS.md
     .venv/bin/python bench/run.py --scale 0.1           # a quick run (10% of the records)
@@ -7,7 +7,8 @@
     .venv/bin/python bench/run.py --list                # the scenario registry
 
 For every scenario and broker: start a fresh broker on loopback (oncelog with a temporary
-data dir; Tansu with in-memory storage), create the topic, run the producer and then the
+data dir; Tansu with in-memory storage; Kafka 4.4, one KRaft node, with a temporary log dir,
+see docs/reference-kafka.md), create the topic, run the producer and then the
 consumer, each in its own process (bench/workload.py), and stop the broker. Logs, raw
 results and profiles go to bench/out/ (git-ignored).
 """
@@ -72,6 +73,31 @@ def run_worker(job: dict[str, Any], log_path: Path) -> Result:
     return result
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds the process (and its reaped children) used so far, from
+    /proc; None when it cannot be read. Stable on a noisy machine, unlike wall-clock rates."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # After the ")": state is field 3; utime, stime, cutime, cstime are fields 14-17.
+    ticks = sum(int(v) for v in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def run_measured(running: brokers.Running, job: dict[str, Any], log_path: Path) -> Result:
+    """``run_worker`` with the broker's CPU seconds over the phase (``broker_cpu_s``)."""
+    pid = running.server.pid
+    before = cpu_seconds(pid)
+    result = run_worker(job, log_path)
+    after = cpu_seconds(pid)
+    if before is not None and after is not None:
+        result["broker_cpu_s"] = after - before
+    return result
+
+
 def run_one(
     broker_name: str, scenario: Scenario, scale: float, out_dir: Path, tag: str, profile: bool
 ) -> dict[str, Any]:
@@ -93,19 +119,21 @@ def run_one(
                 "record_size": scenario.record_size, "timeout": timeout}
         worker_log = out_dir / f"workers-{broker_name}-{scenario.name}-{tag}.log"
         if scenario.small_txns is not None:
-            outcome["txn-rate"] = run_worker(
+            outcome["txn-rate"] = run_measured(
+                running,
                 {**base, "phase": "txn-rate", "config": scenario.producer_config(),
                  "txns": scenario.scaled_txns(scale)},
                 worker_log,
             )
             return outcome
-        outcome["produce"] = run_worker(
+        outcome["produce"] = run_measured(
+            running,
             {**base, "phase": "produce", "config": scenario.producer_config(),
              "txn_records": scenario.txn_records, "txn_interval_ms": scenario.txn_interval_ms},
             worker_log,
         )
-        outcome["consume"] = run_worker(
-            {**base, "phase": "consume", "config": scenario.consumer_config()}, worker_log
+        outcome["consume"] = run_measured(
+            running, {**base, "phase": "consume", "config": scenario.consumer_config()}, worker_log
         )
     finally:
         outcome["exit_code"] = brokers.stop(running)
@@ -132,6 +160,13 @@ def median_phase(runs: list[dict[str, Any]], phase: str) -> Result | None:
     return good[(len(good) - 1) // 2]
 
 
+def cpu_per(result: Result | None, unit: str, scale: float) -> str:
+    """Broker CPU milliseconds per ``unit`` of a phase result (per MB: unit "bytes", 1e6)."""
+    if not result or result.get("broker_cpu_s") is None or not result.get(unit):
+        return "—"
+    return f"{result['broker_cpu_s'] * 1000 / (result[unit] / scale):.2f}"
+
+
 def fmt_int(value: float) -> str:
     return f"{value:,.0f}"
 
@@ -142,13 +177,13 @@ def results_table(
     by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for outcome in outcomes:
         by_key[(outcome["scenario"], outcome["broker"])].append(outcome)
-    both = broker_names == ["oncelog", "tansu"] or set(broker_names) == {"oncelog", "tansu"}
+    # oncelog's rate over each other broker's, e.g. "oncelog/Tansu".
+    others = [n for n in broker_names if n != "oncelog"] if "oncelog" in broker_names else []
     header = ["scenario", "records", "phase"]
     for name in broker_names:
         label = brokers.LABELS[name]
-        header += [f"{label} records/s", f"{label} MB/s"]
-    if both:
-        header.append("oncelog/Tansu")
+        header += [f"{label} records/s", f"{label} MB/s", f"{label} CPU ms/MB"]
+    header += [f"oncelog/{brokers.LABELS[n]}" for n in others]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 3 + "---:|" * (len(header) - 3)]
     joins = ["| scenario | " + " | ".join(f"{brokers.LABELS[n]} join s" for n in broker_names)
              + " |", "|---|" + "---:|" * len(broker_names)]
@@ -164,16 +199,16 @@ def results_table(
                 chosen = median_phase(by_key[(scenario.name, name)], phase)
                 r = rate(chosen)
                 if r is None:
-                    cells += ["failed", "—"]
+                    cells += ["failed", "—", "—"]
                 else:
                     rates[name] = r[0]
-                    cells += [fmt_int(r[0]), f"{r[1]:.1f}"]
+                    cells += [fmt_int(r[0]), f"{r[1]:.1f}", cpu_per(chosen, "bytes", 1e6)]
                 if phase == "consume":
                     join = chosen.get("join_seconds") if chosen else None
                     join_cells.append(f"{join:.2f}" if join is not None else "—")
-            if both:
-                ratio = (rates["oncelog"] / rates["tansu"]
-                         if "oncelog" in rates and "tansu" in rates else None)
+            for other in others:
+                ratio = (rates["oncelog"] / rates[other]
+                         if "oncelog" in rates and other in rates else None)
                 cells.append(f"{ratio:.2f}" if ratio is not None else "—")
             lines.append("| " + " | ".join(cells) + " |")
         joins.append(f"| {scenario.name} | " + " | ".join(join_cells) + " |")
@@ -191,8 +226,9 @@ def txn_rate_table(
     lines = [
         "Small transactions, one after the other (begin, sends, commit):",
         "",
-        "| scenario | broker | transactions | transactions/s | p50 ms | p99 ms |",
-        "|---|---|---:|---:|---:|---:|",
+        "| scenario | broker | transactions | transactions/s | p50 ms | p99 ms "
+        "| broker CPU ms/txn |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for scenario in scenarios:
         for name in broker_names:
@@ -202,12 +238,12 @@ def txn_rate_table(
                           key=lambda r: r["txn_per_s"])
             label = brokers.LABELS[name]
             if not good:
-                lines.append(f"| {scenario.name} | {label} | — | failed | — | — |")
+                lines.append(f"| {scenario.name} | {label} | — | failed | — | — | — |")
                 continue
             r = good[(len(good) - 1) // 2]
             lines.append(
                 f"| {scenario.name} | {label} | {fmt_int(r['txns'])} | {r['txn_per_s']:,.0f} "
-                f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |"
+                f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {cpu_per(r, 'txns', 1)} |"
             )
     return "\n".join(lines)
 
@@ -288,7 +324,7 @@ def write_report(
     command = " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/run.py", *argv])
     extras = [f"- `{s.name}`: {s.description}" for s in scenarios if s.description]
     text = [
-        "# oncelog vs Tansu: produce and consume throughput",
+        "# oncelog vs Tansu and Apache Kafka: produce and consume throughput",
         "",
         f"Command: `{command}` — {time.strftime('%Y-%m-%d %H:%M %Z')}",
         "",
@@ -298,16 +334,20 @@ def write_report(
         "",
         "## Method",
         "",
-        "Both brokers on loopback, one at a time, started fresh for each scenario (oncelog:",
+        "The brokers on loopback, one at a time, started fresh for each scenario (oncelog:",
         "`oncelog serve` with a new data dir on the filesystem above, log level WARNING;",
-        "Tansu: `tansu broker --storage-engine memory://tansu/`, i.e. nothing on disk).",
+        "Tansu: `tansu broker --storage-engine memory://tansu/`, i.e. nothing on disk;",
+        "Kafka: Apache Kafka 4.4 as one KRaft broker+controller with Kafka's defaults and a",
+        "new log dir, see docs/reference-kafka.md and the JVM settings above).",
         "Producer and consumer are confluent-kafka, each in its own process, same settings",
-        f"for both brokers. Producer: `{json.dumps(dict(BASE_PRODUCER))}`; one unkeyed",
+        f"for every broker. Producer: `{json.dumps(dict(BASE_PRODUCER))}`; one unkeyed",
         "record value of the scenario's size, produced as fast as the client accepts;",
         "timed from the first `produce()` to the return of the final `flush()`.",
         f"Consumer: `{json.dumps(dict(BASE_CONSUMER))}`, a fresh group, `consume(10000)`",
         "until every record is read; timed from the partition assignment to the last record",
         "(the group join, from `subscribe()` to the assignment, is listed separately).",
+        "Broker CPU is the broker process's user + system time over the phase, read from",
+        "/proc (stable on a noisy machine, unlike the rates).",
         "MB = 10^6 bytes of record values. "
         f"Repeats: {args.repeat} (median shown). Scale: {args.scale}.",
         *(["", *extras] if extras else []),
@@ -327,7 +367,7 @@ def write_report(
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--brokers", default="oncelog,tansu")
+    parser.add_argument("--brokers", default="oncelog,tansu,kafka")
     parser.add_argument("--scenarios", default=None,
                         help="comma-separated names, or 'all' (default: the default set)")
     parser.add_argument("--scale", type=float, default=1.0, help="share of the records")
@@ -393,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
 
         tansu_version = machine._run(str(tansu_binary()), "--version")
     info = machine.describe(REPO, Path(tempfile.gettempdir()), tansu_version)
+    if "kafka" in broker_names:
+        from tests.support.kafka import describe as describe_kafka
+
+        info["Kafka"] = describe_kafka()
     report = write_report(args, argv, outcomes, broker_names, scenarios, info, out_dir)
     print(report)
     args.output.parent.mkdir(parents=True, exist_ok=True)

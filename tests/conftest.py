@@ -4,6 +4,9 @@
 - ``broker_factory(**kwargs)``: start several brokers or custom configs; see ``BrokerProcess``.
 - ``shared_broker``: one broker for the whole session; isolate tests by ``unique_topic()``.
 - ``proxied_broker``: a fresh broker whose clients go through a ``FaultProxy``.
+- ``kafka_factory(**kwargs)`` / ``kafka_broker``: Apache Kafka 4.4 as a reference broker
+  (``KafkaProcess``, tests/support/kafka.py). Without Java or the cache (``make reference``)
+  they fail with a message saying so: they never skip.
 
 Every process a fixture started is killed (SIGKILL) at teardown, whatever the test did; when
 the test failed, the broker's log is printed so it shows up in the report.
@@ -15,7 +18,7 @@ import sys
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -27,6 +30,12 @@ if _REPO_ROOT not in sys.path:
 
 from tests.support.broker import BrokerProcess  # noqa: E402
 from tests.support.fault_proxy import FaultProxy  # noqa: E402
+from tests.support.kafka import (  # noqa: E402
+    KafkaFactory,
+    KafkaProcess,
+    ReferenceKafkaMissing,
+    require_reference,
+)
 from tests.support.names import unique_topic  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 
@@ -49,12 +58,39 @@ def _test_failed(request: pytest.FixtureRequest) -> bool:
     return any(report.failed for report in reports.values())
 
 
-def _dump_log(broker: BrokerProcess) -> None:
+def _dump_log(broker: BrokerProcess | KafkaProcess) -> None:
     print(f"\n===== {broker!r}: last lines of {broker.log_path} =====")
     print(broker.log_tail(300))
 
 
 BrokerFactory = Callable[..., BrokerProcess]
+P = TypeVar("P", BrokerProcess, KafkaProcess)
+
+
+def _process_factory(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    cls: type[P],
+    prefix: str,
+) -> Iterator[Callable[..., P]]:
+    """The body of a ``*_factory`` fixture: ``make(start=True, data_dir=None, **kwargs)``
+    builds ``cls(data_dir, **kwargs)`` (a fresh data dir unless given), starts it; at
+    teardown every process is killed and, if the test failed, its log printed."""
+    started: list[P] = []
+
+    def make(*, start: bool = True, data_dir: Path | None = None, **kwargs: Any) -> P:
+        if data_dir is None:
+            data_dir = tmp_path_factory.mktemp(prefix) / "data"
+        server = cls(data_dir, **kwargs)
+        started.append(server)
+        return server.start() if start else server
+
+    yield make
+    failed = _test_failed(request)
+    for server in started:
+        server.kill()
+        if failed:
+            _dump_log(server)
 
 
 @pytest.fixture
@@ -65,21 +101,7 @@ def broker_factory(
 
     Each call gets its own data dir unless ``data_dir`` is given.
     """
-    started: list[BrokerProcess] = []
-
-    def make(*, start: bool = True, data_dir: Path | None = None, **kwargs: Any) -> BrokerProcess:
-        if data_dir is None:
-            data_dir = tmp_path_factory.mktemp("broker") / "data"
-        broker = BrokerProcess(data_dir, **kwargs)
-        started.append(broker)
-        return broker.start() if start else broker
-
-    yield make
-    failed = _test_failed(request)
-    for broker in started:
-        broker.kill()
-        if failed:
-            _dump_log(broker)
+    yield from _process_factory(request, tmp_path_factory, BrokerProcess, "broker")
 
 
 @pytest.fixture
@@ -117,3 +139,25 @@ def proxied_broker(broker_factory: BrokerFactory) -> Iterator[ProxiedBroker]:
     with FaultProxy("127.0.0.1", broker_port) as proxy:
         broker = broker_factory(port=broker_port, advertised=proxy.bootstrap)
         yield ProxiedBroker(broker, proxy)
+
+
+@pytest.fixture
+def kafka_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaFactory]:
+    """``kafka_factory(start=True, **KafkaProcess kwargs) -> KafkaProcess`` (Kafka 4.4).
+
+    Each call gets its own data dir (log dirs, server.properties) unless ``data_dir`` is
+    given. Fails the test, never skips it, when Java or the reference cache is missing.
+    """
+    try:
+        require_reference()
+    except ReferenceKafkaMissing as exc:
+        pytest.fail(f"reference Kafka unavailable: {exc}", pytrace=False)
+    yield from _process_factory(request, tmp_path_factory, KafkaProcess, "kafka")
+
+
+@pytest.fixture
+def kafka_broker(kafka_factory: KafkaFactory) -> KafkaProcess:
+    """A fresh Apache Kafka 4.4 broker (single KRaft node) with the single-node defaults."""
+    return kafka_factory()

@@ -213,21 +213,28 @@ class PartitionLog:
                 segment = segments[i]
                 if needs_recovery[i]:
                     outcome = segment.recover(interval)
-                    if outcome.truncated_bytes:
-                        later = segments[i + 1 :]
-                        # Past the recovery point a corrupt batch ends the log; below it (an
-                        # index had to be rebuilt) only that segment is cut.
-                        if i >= scan_from and later:
-                            del segments[i + 1 :]
-                            for doomed in later:
-                                doomed.delete()
+                    later = segments[i + 1 :]
+                    # Past the recovery point a corrupt batch ends the log, and so does a
+                    # segment that stops short of the next one's base (a power loss can empty
+                    # its unflushed tail, leaving no torn bytes to cut); below it (an index
+                    # had to be rebuilt) only that segment is cut.
+                    ends_log = bool(i >= scan_from and later and (
+                        outcome.truncated_bytes or segment.next_offset != later[0].base_offset
+                    ))
+                    if ends_log:
+                        del segments[i + 1 :]
+                        for doomed in later:
+                            doomed.delete()
+                    if outcome.truncated_bytes or ends_log:
                         logger.warning(
                             "%s: recovery truncated segment %d at byte %d (offset %d): %s; "
                             "%d bytes cut%s",
                             directory, segment.base_offset, outcome.valid_bytes,
-                            outcome.next_offset, outcome.reason, outcome.truncated_bytes,
+                            outcome.next_offset,
+                            outcome.reason or f"the next segment starts at {later[0].base_offset}",
+                            outcome.truncated_bytes,
                             f", {len(later)} later segments deleted (from offset "
-                            f"{later[0].base_offset})" if i >= scan_from and later else "",
+                            f"{later[0].base_offset})" if ends_log else "",
                         )
                 i += 1
         except BaseException:

@@ -549,7 +549,7 @@ class LogSegment:
             if size > remaining:
                 reason = f"torn batch ({size} bytes declared, {remaining} present)"
                 break
-            if first < expected or delta < 0 or first + delta - base_offset > INT32_MAX:
+            if first != expected or delta < 0 or first + delta - base_offset > INT32_MAX:
                 reason = f"offsets {first}+{delta} after {expected - 1}"
                 break
             if off + size > len(buf):

@@ -103,7 +103,7 @@ class UnifiedLog:
     def _replay(self, start: int) -> int:
         count = 0
         for header in self.log.batch_headers(start):
-            if header.base_offset < start or header.producer_id < 0:
+            if header.last_offset < start or header.producer_id < 0:
                 continue
             count += 1
             if header.is_control:
@@ -120,7 +120,12 @@ class UnifiedLog:
 
     def _read_marker(self, header: BatchHeader) -> tuple[ControlType | None, int]:
         result = self.log.read(header.base_offset, header.size, max_offset=header.next_offset)
-        _, records = decode_batch(result.data)
+        try:
+            _, records = decode_batch(result.data)
+        except KafkaError as exc:  # a trusted segment damaged on disk: never stop the open
+            logger.error("%s: control batch at offset %d is unreadable (%s); skipped",
+                         self.log.directory, header.base_offset, exc)
+            return None, 0
         if not records:
             return None, 0
         try:

@@ -180,14 +180,21 @@ def test_corrupt_batch_in_the_middle_of_the_last_segment(
     reopened.close()
 
 
-def test_corruption_past_the_recovery_point_drops_later_segments(tmp_path: Path) -> None:
-    one = len(batch(1))
+def crashed_three_segments(tmp_path: Path, one: int) -> Path:
+    """A ``kill -9`` copy of a log of six one-record batches of ``one`` bytes, two per
+    segment (segments 0, 2, 4)."""
     log = open_log(tmp_path / "t-0", segment_bytes=2 * one)
     for _ in range(6):
         append(log, batch(1))
     assert log.segment_base_offsets() == [0, 2, 4]
     crashed = crash_copy(log, tmp_path / "crash")
     log.close()
+    return crashed
+
+
+def test_corruption_past_the_recovery_point_drops_later_segments(tmp_path: Path) -> None:
+    one = len(batch(1))
+    crashed = crashed_three_segments(tmp_path, one)
     path = seg_file(crashed, 2, ".log")
     data = bytearray(path.read_bytes())
     data[one + 30] ^= 0x01  # the second batch of segment 2 (offset 3)
@@ -203,6 +210,25 @@ def test_corruption_past_the_recovery_point_drops_later_segments(tmp_path: Path)
     reopened.close()
 
 
+@pytest.mark.parametrize("kept", [0, 1])
+def test_segment_emptied_by_power_loss_ends_the_log(tmp_path: Path, kept: int) -> None:
+    """A power loss can leave an unflushed segment short (here: ``kept`` of its 2 batches,
+    0 = empty) with no torn bytes to cut; the later segments past that gap are dropped
+    (found by the storage fuzz test: the log kept its end offset with nothing readable)."""
+    one = len(batch(1))
+    crashed = crashed_three_segments(tmp_path, one)
+    os.truncate(seg_file(crashed, 2, ".log"), kept * one)
+    reopened = open_log(crashed, segment_bytes=2 * one)
+    assert reopened.segment_base_offsets() == [0, 2]
+    assert reopened.log_end_offset == 2 + kept
+    assert not seg_file(crashed, 4, ".log").exists()
+    assert all_offsets(reopened) == list(range(2 + kept))
+    append(reopened, batch(1))
+    assert all_offsets(reopened) == list(range(3 + kept))
+    check_every_offset(reopened)
+    reopened.close()
+
+
 def test_base_offset_out_of_order_is_corruption(tmp_path: Path) -> None:
     """The CRC does not cover the base offset; recovery checks offsets go forward."""
     log, ends = build(tmp_path / "t-0")
@@ -214,6 +240,25 @@ def test_base_offset_out_of_order_is_corruption(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     reopened = open_log(crashed)
     assert reopened.log_end_offset == 4
+    reopened.close()
+
+
+def test_offset_gap_past_the_recovery_point_is_corruption(tmp_path: Path) -> None:
+    """The base offset is not covered by the CRC: a flipped bit that makes it jump ahead must
+    end the log there, not move the log end (found by the storage fuzz test)."""
+    log = open_log(tmp_path / "t-0")
+    for _ in range(3):
+        append(log, batch(1))
+    crashed = crash_copy(log, tmp_path / "crash")
+    log.close()
+    path = seg_file(crashed, 0, ".log")
+    data = bytearray(path.read_bytes())
+    second = len(batch(1))
+    data[second + 4] ^= 0x01  # base offset 1 -> 1 + 2**24
+    path.write_bytes(bytes(data))
+    reopened = open_log(crashed)
+    assert reopened.log_end_offset == 1
+    assert all_offsets(reopened) == [0]
     reopened.close()
 
 

@@ -204,3 +204,42 @@ def test_aborted_entries_survive_segment_rolls(tmp_path: Path, clock: FakeClock)
     again = open_log(path, clock, segment_bytes=300)
     assert again.aborted_transactions(0, again.log_end_offset) == aborted
     assert list(path.glob("*.snapshot"))
+
+
+def test_batch_straddling_the_log_start_is_replayed(tmp_path: Path, clock: FakeClock) -> None:
+    """DeleteRecords to the middle of a batch leaves the batch readable; a restart without a
+    snapshot must still apply it, or the producer is forgotten and a retry is appended twice
+    (found by the storage fuzz test)."""
+    log = open_log(tmp_path / "p-0", clock)
+    assert append(log, batch(pid=7, seq=0)) == 0  # offsets 0-1
+    log.delete_records_before(1)
+    log.flush()
+    crashed = tmp_path / "crash" / "p-0"
+    shutil.copytree(log.directory, crashed)  # kill -9 now: no snapshot, no clean shutdown
+    log.close()
+    reopened = open_log(crashed, clock)
+    assert reopened.log_start_offset == 1
+    assert reopened.producer_state.last_entry(7) is not None
+    assert append(reopened, batch(pid=7, seq=0)) == 0  # the retry is recognised
+    assert reopened.log_end_offset == 2
+    reopened.close()
+
+
+def test_damaged_control_bit_in_a_trusted_segment_does_not_stop_the_open(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """After a clean shutdown segments are trusted; a flipped attributes bit that makes a data
+    batch look like a control batch failed the open with CORRUPT_MESSAGE (found by the
+    storage fuzz test)."""
+    log = open_log(tmp_path / "p-0", clock)
+    append(log, batch(pid=7, seq=0))
+    log.close()
+    for path in log.directory.glob("*.snapshot"):
+        path.unlink()  # replay the batch from the log
+    segment = log.directory / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    data[22] ^= 0x20  # attributes: the control bit
+    segment.write_bytes(bytes(data))
+    reopened = open_log(log.directory, clock)
+    assert reopened.log_end_offset == 2
+    reopened.close()

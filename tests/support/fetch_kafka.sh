@@ -1,0 +1,42 @@
+#!/bin/sh
+# Assemble the reference Apache Kafka 4.4 broker and build the Java harness, once.
+#
+# Runs `mvn package` on tests/java (see docs/reference-kafka.md), which fills
+#   $CACHE/kafka-4.4.0/libs/          the broker's runtime classpath (kafka_2.13 4.4.0 + deps)
+#   $CACHE/harness-4.4.0/             oncelog-harness.jar and libs/ (kafka-clients 4.4.0)
+# with CACHE=${ONCELOG_REFERENCE_CACHE:-<repo>/.cache}; Maven's own downloads go to ~/.m2.
+# A stamp file records a hash of the Maven project: when it matches, this is a no-op.
+# Called by `make reference` (a prerequisite of `make test`).
+set -eu
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+CACHE=${ONCELOG_REFERENCE_CACHE:-$REPO/.cache}
+PROJECT=$REPO/tests/java
+STAMP=$CACHE/reference-kafka-4.4.0.stamp
+
+project_hash() {
+    (cd "$PROJECT" && find . -type f \( -name pom.xml -o -name '*.java' -o -name '*.properties' \) \
+        | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1
+}
+
+want=$(project_hash)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+    echo "reference Kafka 4.4.0: up to date in $CACHE"
+    exit 0
+fi
+
+for tool in java mvn; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "fetch_kafka.sh: '$tool' not found; the reference Kafka needs Java 17+ and Maven 3.8+" >&2
+        exit 1
+    fi
+done
+
+echo "reference Kafka 4.4.0: fetching with Maven into $CACHE (first run downloads ~50 MB into ~/.m2)"
+start=$(date +%s)
+# Stale jars from an older project would stay on the classpath: start from empty dirs.
+rm -rf "$CACHE/kafka-4.4.0" "$CACHE/harness-4.4.0" "$CACHE/build" "$STAMP"
+mkdir -p "$CACHE"
+mvn -B -q -Dstyle.color=never -f "$PROJECT/pom.xml" package "-Dreference.cache=$CACHE"
+echo "$want" > "$STAMP"
+echo "reference Kafka 4.4.0: ready in $CACHE after $(( $(date +%s) - start ))s"

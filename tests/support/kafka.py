@@ -1,0 +1,277 @@
+"""``KafkaProcess``: Apache Kafka 4.4 as a reference broker on loopback (one KRaft node).
+
+The broker is assembled from Maven artifacts by tests/support/fetch_kafka.sh (``make
+reference``) into ``.cache/kafka-4.4.0/libs``; see docs/reference-kafka.md. One process is
+broker and controller (``process.roles=broker,controller``, ``node.id=1``, a static quorum
+of itself on a second free port), with every log dir under ``data_dir``. The first start
+formats the storage (``kafka.tools.StorageTool format``); later starts reuse it, so a
+restart keeps the data. Ready when the log says ``[KafkaRaftServer nodeId=1] Kafka Server
+started`` and the listener accepts connections.
+
+Used by the ``kafka_factory`` / ``kafka_broker`` fixtures (tests/conftest.py) and by the
+benchmark (bench/brokers.py): both start the JVM through this class. ``run_harness`` runs
+one of the Java harness programs (tests/java/harness, kafka-clients 4.4).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from tests.support.net import LOOPBACK, free_port, wait_for_port
+from tests.support.process import ServerProcess, ServerStartError, ServerStopError
+
+KAFKA_VERSION = "4.4.0"
+REPO = Path(__file__).resolve().parents[2]
+READY = re.compile(r"\[KafkaRaftServer nodeId=(\d+)\] Kafka Server started")
+LOG4J2_CONFIG = REPO / "tests" / "java" / "broker" / "log4j2.properties"
+NODE_ID = 1
+
+# The JVM settings of kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS, with a smaller heap
+# than kafka-server-start.sh's -Xms1G -Xmx1G (documented in docs/reference-kafka.md).
+HEAP_OPTS: tuple[str, ...] = ("-Xms512m", "-Xmx512m")
+JVM_PERFORMANCE_OPTS: tuple[str, ...] = (
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
+
+BROKER_JVM_OPTS: tuple[str, ...] = (*HEAP_OPTS, *JVM_PERFORMANCE_OPTS)
+
+# A harness program is a short-lived client: a small heap, and the C1 compiler only
+# (it starts faster and a client that runs for a second never reaches C2).
+HARNESS_JVM_OPTS: tuple[str, ...] = (
+    "-Xmx256m",
+    "-XX:TieredStopAtLevel=1",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+)
+
+# Single-node settings on top of Kafka's defaults; ``configs`` overrides any of them.
+SINGLE_NODE_CONFIGS: Mapping[str, str] = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "min.insync.replicas": "1",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+# A JVM killed by SIGTERM after its shutdown hooks ran exits with 128 + 15.
+_SIGTERM_EXIT = 143
+
+
+class ReferenceKafkaMissing(RuntimeError):
+    """Java or the reference Kafka cache is not there; the message says how to get it."""
+
+
+def cache_dir() -> Path:
+    """Where fetch_kafka.sh puts the broker and the harness (``$ONCELOG_REFERENCE_CACHE``)."""
+    return Path(os.environ.get("ONCELOG_REFERENCE_CACHE") or REPO / ".cache")
+
+
+def java_binary() -> Path:
+    """``$JAVA_HOME/bin/java`` or ``java`` on PATH; ``ReferenceKafkaMissing`` otherwise."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return Path(java_home) / "bin" / "java"
+    on_path = shutil.which("java")
+    if on_path is None:
+        raise ReferenceKafkaMissing(
+            "no Java: the reference Kafka 4.4 broker needs Java 17+ (`java` on PATH or JAVA_HOME)"
+        )
+    return Path(on_path)
+
+
+def _classpath(libs: Path, *, first: Sequence[Path] = ()) -> str:
+    jars = sorted(libs.glob("*.jar"))
+    if not jars:
+        raise ReferenceKafkaMissing(
+            f"the reference Kafka {KAFKA_VERSION} is not in {libs}: run `make reference` "
+            "(tests/support/fetch_kafka.sh, Maven downloads it once)"
+        )
+    return os.pathsep.join(str(p) for p in [*first, *jars])
+
+
+def broker_classpath() -> str:
+    return _classpath(cache_dir() / f"kafka-{KAFKA_VERSION}" / "libs")
+
+
+def harness_classpath() -> str:
+    harness = cache_dir() / f"harness-{KAFKA_VERSION}"
+    jar = harness / "oncelog-harness.jar"
+    if not jar.is_file():
+        raise ReferenceKafkaMissing(
+            f"the Java harness is not built ({jar} is missing): run `make reference`"
+        )
+    return _classpath(harness / "libs", first=[jar])
+
+
+def require_reference() -> None:
+    """Raise ``ReferenceKafkaMissing`` unless Java, the broker and the harness are there."""
+    java_binary()
+    broker_classpath()
+    harness_classpath()
+
+
+def run_harness(
+    main_class: str, *args: str, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``oncelog.harness.<main_class>`` with kafka-clients 4.4 and wait for it."""
+    argv = [str(java_binary()), *HARNESS_JVM_OPTS, "-cp", harness_classpath(),
+            f"oncelog.harness.{main_class}", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def describe(jvm_opts: Sequence[str] = BROKER_JVM_OPTS) -> str:
+    """One line for reports: version, how it runs, the JVM settings."""
+    return (f"Apache Kafka {KAFKA_VERSION} (assembled from Maven artifacts; one KRaft "
+            f"broker+controller; JVM: {' '.join(jvm_opts)})")
+
+
+class KafkaProcess(ServerProcess):
+    """One Apache Kafka 4.4 JVM, broker and controller of a single-node KRaft cluster."""
+
+    name = "kafka"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        controller_port: int | None = None,
+        host: str = LOOPBACK,
+        configs: Mapping[str, str] | None = None,
+        log_path: Path | None = None,
+        jvm_opts: Sequence[str] = BROKER_JVM_OPTS,
+        start_timeout: float = 60.0,
+        stop_timeout: float = 60.0,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        super().__init__(
+            log_path=log_path or self.data_dir.parent / "kafka.log",
+            ready_pattern=READY,
+            start_timeout=start_timeout,
+            stop_timeout=stop_timeout,
+        )
+        self.java = java_binary()
+        self.classpath = broker_classpath()
+        self.host = host
+        self._auto_ports = port is None and controller_port is None
+        self.port = free_port(host) if port is None else port
+        self.controller_port = free_port(host) if controller_port is None else controller_port
+        self.configs = dict(configs or {})
+        self.jvm_opts = list(jvm_opts)
+        self.cluster_id = _cluster_id()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "kraft"
+
+    @property
+    def properties_path(self) -> Path:
+        return self.data_dir / "server.properties"
+
+    def server_properties(self) -> dict[str, str]:
+        """The broker's configuration: listeners, quorum, log dir, single-node settings."""
+        return {
+            "process.roles": "broker,controller",
+            "node.id": str(NODE_ID),
+            "controller.quorum.voters": f"{NODE_ID}@{self.host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{self.bootstrap},"
+                         f"CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.log_dir),
+            **SINGLE_NODE_CONFIGS,
+            **self.configs,
+        }
+
+    def _java(self, main_class: str, *args: str) -> list[str]:
+        return [str(self.java), *self.jvm_opts,
+                f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+                "-cp", self.classpath, main_class, *args]
+
+    def argv(self) -> list[str]:
+        return self._java("kafka.Kafka", str(self.properties_path))
+
+    def _write_properties(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lines = [f"{key}={value}" for key, value in self.server_properties().items()]
+        self.properties_path.write_text("\n".join(lines) + "\n")
+
+    def _format(self) -> None:
+        """``StorageTool format`` the log dir once; a formatted dir keeps its cluster id."""
+        if (self.log_dir / "meta.properties").exists():
+            return
+        argv = self._java("kafka.tools.StorageTool", "format", "--cluster-id", self.cluster_id,
+                          "--config", str(self.properties_path))
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"===== format: {' '.join(argv)}\n".encode())
+            log.flush()
+            code = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                  stderr=subprocess.STDOUT, check=False).returncode
+        if code != 0:
+            raise ServerStartError(f"kafka StorageTool format exited with {code}",
+                                   log=self.log_text(), address_in_use=False)
+
+    def on_ready(self, match: re.Match[str]) -> None:
+        if not wait_for_port(self.host, self.port, self.start_timeout):
+            raise ServerStartError(
+                f"kafka said it started but {self.bootstrap} does not accept connections",
+                log=self.log_text(since_start=True),
+                address_in_use=False,
+            )
+
+    def start(self) -> KafkaProcess:
+        self._write_properties()
+        self._format()
+        try:
+            return super().start()
+        except ServerStartError as exc:
+            if not (exc.address_in_use and self._auto_ports and self.starts == 1):
+                raise
+            self.port = free_port(self.host)
+            self.controller_port = free_port(self.host)
+            self._write_properties()
+            return super().start()
+
+    def stop(self, *, timeout: float | None = None, check: bool = True) -> int:
+        """SIGTERM, wait, and return 0 for a clean stop.
+
+        Kafka shuts down in its JVM shutdown hook, after which the JVM reports the signal
+        (exit code 143 = 128 + SIGTERM): that is a clean stop and is returned as 0, so that
+        callers (fixtures, the benchmark) can treat Kafka like any other server.
+        """
+        code = super().stop(timeout=timeout, check=False)
+        if code == _SIGTERM_EXIT:
+            return 0
+        if check and code != 0:
+            raise ServerStopError(
+                f"kafka exited with code {code} after SIGTERM (expected 0 or 143)\n"
+                f"{self.log_text(since_start=True)}"
+            )
+        return code
+
+
+KafkaFactory = Callable[..., KafkaProcess]
+"""The ``kafka_factory`` fixture: ``(start=True, data_dir=None, **KafkaProcess kwargs)``."""
+
+
+def _cluster_id() -> str:
+    """A random KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
