@@ -10,11 +10,12 @@ owns the connection and decides when to commit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import sqlite3
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from oncelog.client.dualwrite.errors import DualWriteError, fenced, quietly
@@ -89,6 +90,21 @@ def open_connection(db_connect: Callable[[], Any]) -> Any:
     return conn
 
 
+@contextlib.contextmanager
+def committing(conn: Any, what: str) -> Iterator[Any]:
+    """A cursor for one database transaction: committed when the block ends normally,
+    rolled back (quietly) when it raises; the cursor is closed either way."""
+    cursor = conn.cursor()
+    try:
+        yield cursor
+        conn.commit()
+    except BaseException:
+        quietly(conn.rollback, f"rollback after a failed {what}")
+        raise
+    finally:
+        cursor.close()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class StateTable:
     """The state row of one transactional id in table ``name``, in one paramstyle."""
@@ -120,8 +136,7 @@ class StateTable:
         """In one database transaction: take the next generation of the state row (creating
         it) and read the stored state. The UPDATE comes first, so it waits for any unit still
         holding the row and fences every later one."""
-        cursor = conn.cursor()
-        try:
+        with committing(conn, "claim") as cursor:
             self.exec(
                 cursor,
                 "UPDATE <table> SET generation = generation + 1 WHERE transactional_id = {}",
@@ -140,12 +155,6 @@ class StateTable:
                 (self.transactional_id,),
             )
             row = cursor.fetchone()
-            conn.commit()
-        except BaseException:
-            quietly(conn.rollback, "rollback after a failed claim")
-            raise
-        finally:
-            cursor.close()
         if row is None:
             raise DualWriteError(f"state row for {self.transactional_id!r} vanished")
         return int(row[1]), PreparedTxnState(str(row[0] or ""))

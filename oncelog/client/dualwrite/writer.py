@@ -31,6 +31,7 @@ from oncelog.client.dualwrite.sql import (
     IDENTIFIER,
     ParamStyle,
     StateTable,
+    committing,
     open_connection,
     paramstyle_of,
 )
@@ -128,16 +129,8 @@ class DualWriter:
         stale = self._stale_state
         if stale is None:
             return
-        conn = self.connection
-        cursor = conn.cursor()
-        try:
+        with committing(self.connection, "clear") as cursor:
             self._table.set_state(cursor, PreparedTxnState(), self._generation)
-            conn.commit()
-        except BaseException:
-            quietly(conn.rollback, "rollback after a failed clear")
-            raise
-        finally:
-            cursor.close()
         self._stale_state = None
         logger.debug("%r: cleared committed state %s", self.transactional_id, stale)
 
