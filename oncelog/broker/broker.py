@@ -55,7 +55,6 @@ class Broker:
         self.partitions = PartitionRegistry(data_dir, config, self.clock)
         self.groups: GroupCoordinator
         self.transactions: TransactionCoordinator
-        self.producer_ids: ProducerIdManager
         self.server = Server(self, self.listen_host, self.listen_port)
         self._lock = DataDirLock(data_dir)
         self._stop = asyncio.Event()
@@ -90,14 +89,14 @@ class Broker:
         self.partitions.load({name: configs for name, (_, configs) in internal.items()})
         for name, (count, configs) in internal.items():
             self.partitions.ensure_internal_topic(name, count, configs)
-        self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
         store = LogOffsetsStore(self.partitions, OFFSETS_TOPIC, self.clock)
         self.groups = GroupCoordinator(self.config, store, self.clock)
         self.groups.load()
         self.transactions = TransactionCoordinator(
             self.config,
             LogOffsetsStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
-            self.producer_ids,
+            # the one source of producer ids, idempotent producers' included
+            ProducerIdManager(self.data_dir / "producer-id-block"),
             LocalMarkerWriter(self.partitions, self.groups),
             self.clock,
         )
