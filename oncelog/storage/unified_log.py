@@ -86,6 +86,10 @@ class UnifiedLog:
             )
         start = snapshot.load_state(state, directory, max_offset=keep_below)
         if start < log.log_start_offset:
+            # The log between the snapshot and the log start is not readable: the snapshot
+            # cannot be brought up to date (a marker there would be missed), so the state is
+            # rebuilt from the log start alone.
+            state.clear()
             start = log.log_start_offset
         log.truncate_txn_indexes_from(start)
         unified = cls(log, state, clock)
@@ -105,6 +109,11 @@ class UnifiedLog:
         for header in self.log.batch_headers(start):
             if header.last_offset < start or header.producer_id < 0:
                 continue
+            if header.next_offset > self.log.log_end_offset:  # a damaged trusted header
+                logger.error("%s: batch header at offset %d claims offsets past the log end "
+                             "%d; skipped", self.log.directory, header.base_offset,
+                             self.log.log_end_offset)
+                continue
             count += 1
             if header.is_control:
                 control, coordinator_epoch = self._read_marker(header)
@@ -119,8 +128,10 @@ class UnifiedLog:
         return count
 
     def _read_marker(self, header: BatchHeader) -> tuple[ControlType | None, int]:
-        result = self.log.read(header.base_offset, header.size, max_offset=header.next_offset)
         try:
+            result = self.log.read(
+                header.base_offset, header.size, max_offset=header.next_offset
+            )
             _, records = decode_batch(result.data)
         except KafkaError as exc:  # a trusted segment damaged on disk: never stop the open
             logger.error("%s: control batch at offset %d is unreadable (%s); skipped",
