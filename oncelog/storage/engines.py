@@ -1,0 +1,43 @@
+"""Choosing a partition engine by URL (``storage.engine``): ``file:`` (the default, Kafka's
+segment layout in the partition directory) or ``memory:`` (everything in memory, lost on
+stop). The schemes are listed in ``oncelog.config.STORAGE_ENGINE_SCHEMES``, which the
+broker config checks at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oncelog.clock import Clock
+from oncelog.config import STORAGE_ENGINE_SCHEMES, LogConfig, storage_engine_scheme
+from oncelog.storage.memory_engine import open_memory_engine
+from oncelog.storage.unified_log import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    SnapshotWriter,
+    UnifiedLog,
+    write_now,
+)
+
+__all__ = ["STORAGE_ENGINE_SCHEMES", "open_engine"]
+
+
+def open_engine(
+    url: str,
+    directory: Path,
+    config: LogConfig,
+    clock: Clock,
+    *,
+    producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    snapshot_writer: SnapshotWriter = write_now,
+) -> UnifiedLog:
+    """Open the partition whose data lives in ``directory`` (``<topic>-<partition>``) with
+    the engine ``url`` names; ValueError for an unknown scheme. The memory engine uses only
+    the directory's name and starts empty."""
+    scheme = storage_engine_scheme(url)
+    if scheme == "memory":
+        return open_memory_engine(
+            directory.name, config, clock, producer_id_expiration_ms=producer_id_expiration_ms
+        )
+    return UnifiedLog.open(
+        directory, config, clock,
+        producer_id_expiration_ms=producer_id_expiration_ms, snapshot_writer=snapshot_writer,
+    )
