@@ -28,16 +28,21 @@ def open_engine(
     *,
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     snapshot_writer: SnapshotWriter = write_now,
+    auto_high_watermark: bool = True,
 ) -> UnifiedLog:
     """Open the partition whose data lives in ``directory`` (``<topic>-<partition>``) with
     the engine ``url`` names; ValueError for an unknown scheme. The memory engine uses only
-    the directory's name and starts empty."""
+    the directory's name and starts empty. ``snapshot_writer`` runs the file engine's
+    producer-state snapshot jobs (pass one writing in a worker thread to keep fsync off the
+    event loop); ``auto_high_watermark=False`` leaves the high watermark to the caller."""
     scheme = storage_engine_scheme(url)
     if scheme == "memory":
         return open_memory_engine(
-            directory.name, config, clock, producer_id_expiration_ms=producer_id_expiration_ms
+            directory.name, config, clock, producer_id_expiration_ms=producer_id_expiration_ms,
+            auto_high_watermark=auto_high_watermark,
         )
     return UnifiedLog.open(
         directory, config, clock,
         producer_id_expiration_ms=producer_id_expiration_ms, snapshot_writer=snapshot_writer,
+        auto_high_watermark=auto_high_watermark,
     )

@@ -309,7 +309,10 @@ def open_memory_engine(
     clock: Clock,
     *,
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    auto_high_watermark: bool = True,
 ) -> UnifiedLog:
     """A new, empty in-memory partition engine named ``name`` (e.g. ``topic-0``)."""
     state = ProducerStateManager(name, clock, producer_id_expiration_ms)
-    return UnifiedLog(MemoryLog(name, config, clock), state, clock)
+    return UnifiedLog(
+        MemoryLog(name, config, clock), state, clock, auto_high_watermark=auto_high_watermark
+    )

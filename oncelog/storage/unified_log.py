@@ -110,6 +110,7 @@ class UnifiedLog:
         *,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         snapshot_writer: SnapshotWriter = write_now,
+        auto_high_watermark: bool = True,
     ) -> UnifiedLog:
         """The file engine: open (or create) the partition in ``directory`` and recover."""
         log = PartitionLog.open(directory, config, clock)
@@ -127,7 +128,8 @@ class UnifiedLog:
             )
         start = state.load_from(directory, max_offset=keep_below)
         unified = cls(
-            log, state, clock, snapshot_dir=directory, snapshot_writer=snapshot_writer
+            log, state, clock, snapshot_dir=directory, snapshot_writer=snapshot_writer,
+            auto_high_watermark=auto_high_watermark,
         )
         replayed = unified._rebuild_from(start)
         if replayed:

@@ -14,7 +14,8 @@ from oncelog.storage.engines import open_engine
 from oncelog.storage.unified_log import UnifiedLog
 
 EngineFactory = Callable[..., UnifiedLog]
-"""``make_engine(clock=None, name="p-0", **log_config)``: a new engine of the test's kind."""
+"""``make_engine(clock=None, name="p-0", *, auto_high_watermark=True, **log_config)``: a new
+engine of the test's kind."""
 
 ENGINES = ["file:", "memory:"]
 
@@ -26,8 +27,17 @@ def engine_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def make_engine(engine_url: str, tmp_path: Path) -> EngineFactory:
-    def make(clock: FakeClock | None = None, name: str = "p-0", **config: int) -> UnifiedLog:
-        return open_engine(engine_url, tmp_path / name, LogConfig(**config), clock or FakeClock())
+    def make(
+        clock: FakeClock | None = None,
+        name: str = "p-0",
+        *,
+        auto_high_watermark: bool = True,
+        **config: int,
+    ) -> UnifiedLog:
+        return open_engine(
+            engine_url, tmp_path / name, LogConfig(**config), clock or FakeClock(),
+            auto_high_watermark=auto_high_watermark,
+        )
 
     return make
 
