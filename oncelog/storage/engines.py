@@ -6,9 +6,11 @@ broker config checks at start."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncelog.clock import Clock
 from oncelog.config import STORAGE_ENGINE_SCHEMES, LogConfig, storage_engine_scheme
+from oncelog.storage.engine import PartitionEngine
 from oncelog.storage.memory_engine import open_memory_engine
 from oncelog.storage.unified_log import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -46,3 +48,9 @@ def open_engine(
         producer_id_expiration_ms=producer_id_expiration_ms, snapshot_writer=snapshot_writer,
         auto_high_watermark=auto_high_watermark,
     )
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_interface(engine: UnifiedLog) -> PartitionEngine:
+        return engine  # mypy checks that every engine is a PartitionEngine

@@ -7,7 +7,7 @@ from __future__ import annotations
 from oncelog.clock import FakeClock
 from oncelog.records.codec import RecordInput, encode_batch, iter_records
 from oncelog.records.validate import validate_batches
-from oncelog.storage.engine import IsolationLevel
+from oncelog.storage.engine import IsolationLevel, PartitionEngine
 from oncelog.storage.unified_log import UnifiedLog
 from tests.unit.storage.conftest import EngineFactory
 
@@ -84,3 +84,9 @@ def test_on_one_node_the_high_watermark_follows_each_append(engine: UnifiedLog) 
     assert engine.high_watermark == engine.log_end_offset == 1
     engine.append_marker(5, 0, 0, commit=True)
     assert engine.high_watermark == engine.last_stable_offset == 2
+
+
+def test_every_engine_is_a_partition_engine(engine: UnifiedLog) -> None:
+    checked: PartitionEngine = engine  # mypy checks the interface; this the behaviour
+    assert checked.open_transactions() == 0
+    assert checked.read(0, 1).aborted is None
