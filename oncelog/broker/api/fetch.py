@@ -50,7 +50,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             session_id=0,
             responses=(),
         )
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     max_wait_ms = max(0, to_ms(request.max_wait))
     min_bytes = max(0, int(request.min_bytes))
     max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))

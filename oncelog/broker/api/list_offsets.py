@@ -20,7 +20,7 @@ READ_COMMITTED = 1
 @handles(versions.LIST_OFFSETS, 1, 8)
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LIST_OFFSETS, ctx.api_version)
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     isolation = int(getattr(request, "isolation_level", 0))
     topics = []
     for topic in request.topics:

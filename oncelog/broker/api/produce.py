@@ -21,8 +21,7 @@ log = logging.getLogger(__name__)
 
 @handles(versions.PRODUCE, 3, 11)
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
-    registry = broker.partitions
+    registry = ctx.services.partitions
     mod = response_module(versions.PRODUCE, ctx.api_version)
     acks = int(request.acks)
     topics = []
@@ -114,7 +113,7 @@ def verify_transaction(
             f"transactional batch of producer {header.producer_id} without a transactional id",
         )
     tp = (topic, partition)
-    code = ctx.broker.transactions.verify_partitions(
+    code = ctx.services.transactions.verify_partitions(
         transactional_id, header.producer_id, header.producer_epoch, [tp]
     )[tp]
     if code is ErrorCode.none:

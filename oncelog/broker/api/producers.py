@@ -23,7 +23,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.INIT_PRODUCER_ID, ctx.api_version)
     if request.transactional_id is not None:
         # A transactional producer: the transaction coordinator decides (bump, fence, 2PC).
-        result = await ctx.broker.transactions.handle_init_producer_id(
+        result = await ctx.services.transactions.handle_init_producer_id(
             request.transactional_id,
             to_ms(request.transaction_timeout),
             int(getattr(request, "producer_id", -1)),
@@ -43,7 +43,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
             ongoing_txn_producer_id=result.ongoing_txn_producer_id,
             ongoing_txn_producer_epoch=result.ongoing_txn_producer_epoch,
         )
-    producer_id = ctx.broker.producer_ids.next_id()
+    producer_id = ctx.services.producer_ids.next_id()
     log.info("client %s: new idempotent producer id %d", ctx.client_id, producer_id)
     return make(
         mod.InitProducerIdResponse,
@@ -57,7 +57,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.DESCRIBE_PRODUCERS, 0, 0)
 async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DESCRIBE_PRODUCERS, ctx.api_version)
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     topics = []
     for topic in request.topics:
         partitions = []

@@ -2,7 +2,7 @@
 WriteTxnMarkers (27), DescribeTransactions (65), ListTransactions (66).
 
 Thin: validate what only the broker knows (do the topics exist), call the transaction
-coordinator at ``ctx.broker.transactions``, build the response. InitProducerId lives in
+coordinator at ``ctx.services.transactions``, build the response. InitProducerId lives in
 ``producers.py``; TxnOffsetCommit belongs to the group coordinator.
 
 Clients that predate PRODUCER_FENCED (AddPartitionsToTxn/AddOffsetsToTxn/EndTxn below v2)
@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 
 
 def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
-    coordinator = getattr(ctx.broker, "transactions", None)
+    coordinator = getattr(ctx.services, "transactions", None)
     if coordinator is None:
-        raise RuntimeError("the broker has no transaction coordinator (broker.transactions)")
+        raise RuntimeError("the broker has no transaction coordinator (services.transactions)")
     return cast("TransactionCoordinator", coordinator)
 
 
@@ -66,7 +66,7 @@ async def _add_partitions(
     verify_only: bool,
 ) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     missing = {tp for tp in wanted if registry.find(tp[0], tp[1]) is None}
     if missing:
         # One bad partition fails the whole request; the others were not attempted.
@@ -167,7 +167,7 @@ def _write_client_marker(
     if topic == TRANSACTION_STATE_TOPIC:
         # The transaction log holds the coordinator's own records, never client transactions.
         return ErrorCode.invalid_topic_exception
-    partition = ctx.broker.partitions.find(topic, index)
+    partition = ctx.services.partitions.find(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
     producer_id, producer_epoch = int(marker.producer_id), int(marker.producer_epoch)
@@ -188,7 +188,7 @@ def _write_client_marker(
     try:
         offset = partition.append_marker(producer_id, producer_epoch, coordinator_epoch, False)
         if topic == OFFSETS_TOPIC:
-            ctx.broker.groups.on_txn_marker(index, producer_id, False, producer_epoch)
+            ctx.services.groups.on_txn_marker(index, producer_id, False, producer_epoch)
     except KafkaError as exc:
         log.warning(
             "client %s (%s): %s marker for producer %d epoch %d on %s-%d refused: %s",

@@ -209,7 +209,7 @@ def test_serve_metrics_over_a_socket() -> None:
     broker = fake_broker([described("plain", TransactionState.ONGOING, NOW - 50)])
 
     async def body() -> bytes:
-        server = await metrics.bind_metrics(broker, "127.0.0.1", 0)
+        server = await metrics.bind_metrics("127.0.0.1", 0, metrics.scraper(broker))
         port = server.sockets[0].getsockname()[1]
         task = asyncio.create_task(metrics.serve_metrics(server))
         try:
