@@ -25,13 +25,14 @@ from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.metrics import bind_metrics, scraper, serve_metrics
 from oncelog.broker.offsets_store import LogOffsetsStore
-from oncelog.broker.partitions import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, PartitionRegistry
+from oncelog.broker.partitions import PartitionRegistry
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 

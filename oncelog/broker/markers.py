@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from oncelog.broker.partitions import OFFSETS_TOPIC, Partition, PartitionRegistry
+from oncelog.broker.partitions import Partition, PartitionRegistry
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import crash_point
+from oncelog.internal_topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator

@@ -24,6 +24,7 @@ from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import io_fault
+from oncelog.internal_topics import INTERNAL_TOPICS
 from oncelog.records.batch import BatchHeader
 from oncelog.storage.files import atomic_write
 from oncelog.storage.log import AppendResult
@@ -31,9 +32,6 @@ from oncelog.storage.unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 CATALOG_FILE = "topics.json"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from oncelog.broker.api import RequestContext, handles
 from oncelog.coordinator.group.results import OffsetFetchEntry, TopicPartition
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 # DescribeGroups' "authorized operations not requested" value.

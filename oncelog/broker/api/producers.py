@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.api.compat import fenced_for_version
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
@@ -31,9 +32,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
             enable_2pc=bool(getattr(request, "enable2_pc", False)),
             keep_prepared=bool(getattr(request, "keep_prepared_txn", False)),
         )
-        code = result.error
-        if code is ErrorCode.producer_fenced and ctx.api_version < 4:
-            code = ErrorCode.invalid_producer_epoch  # PRODUCER_FENCED is new in v4
+        code = fenced_for_version(result.error, ctx.api_version, 4)
         return make(
             mod.InitProducerIdResponse,
             throttle_time=0,

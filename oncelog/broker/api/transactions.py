@@ -19,8 +19,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.broker.partitions import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from oncelog.broker.api.compat import fenced_for_version
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
 
@@ -35,13 +36,6 @@ def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
     if coordinator is None:
         raise RuntimeError("the broker has no transaction coordinator (services.transactions)")
     return cast("TransactionCoordinator", coordinator)
-
-
-def _for_old_clients(code: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
-    """PRODUCER_FENCED as INVALID_PRODUCER_EPOCH for versions that do not know it."""
-    if code is ErrorCode.producer_fenced and version < fenced_since:
-        return ErrorCode.invalid_producer_epoch
-    return code
 
 
 def _topic_results(mod: Any, answers: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
@@ -78,7 +72,7 @@ async def _add_partitions(
     answers = await _coordinator(ctx).handle_add_partitions(
         transactional_id, int(producer_id), int(producer_epoch), wanted, verify_only=verify_only
     )
-    return {tp: _for_old_clients(code, ctx.api_version, 2) for tp, code in answers.items()}
+    return {tp: fenced_for_version(code, ctx.api_version, 2) for tp, code in answers.items()}
 
 
 @handles(versions.ADD_PARTITIONS_TO_TXN, 0, 5)
@@ -131,7 +125,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     return make(
         mod.AddOffsetsToTxnResponse,
         throttle_time=0,
-        error_code=_for_old_clients(code, ctx.api_version, 2),
+        error_code=fenced_for_version(code, ctx.api_version, 2),
     )
 
 
@@ -150,7 +144,7 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     return make(
         mod.EndTxnResponse,
         throttle_time=0,
-        error_code=_for_old_clients(result.error, ctx.api_version, 2),
+        error_code=fenced_for_version(result.error, ctx.api_version, 2),
         producer_id=result.producer_id,
         producer_epoch=result.producer_epoch,
     )

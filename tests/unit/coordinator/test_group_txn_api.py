@@ -17,7 +17,7 @@ from test_group_api import call, nested, request
 
 from oncelog.broker.api import HANDLERS, SUPPORTED
 from oncelog.broker.api import group as group_api
-from oncelog.broker.api.group import OFFSETS_TOPIC, txn_verification_error
+from oncelog.broker.api.group import txn_verification_error
 from oncelog.broker.context import NodeIdentity
 from oncelog.clock import FakeClock
 from oncelog.config import BrokerConfig
@@ -27,6 +27,7 @@ from oncelog.coordinator.group.store import MemoryOffsetsStore
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction import InMemoryTxnLogStore, TransactionCoordinator
 from oncelog.errors import ErrorCode
+from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
 
 NONE = ErrorCode.none
