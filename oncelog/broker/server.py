@@ -52,6 +52,9 @@ class Server:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()  # connections inside a request
+        # Kafka's queued.max.requests: requests read but not yet answered, over all
+        # connections; when they are all taken, connections wait before handling more.
+        self._request_slots = asyncio.Semaphore(int(config["queued.max.requests"]))
         self._stopping = False
 
     async def bind(self) -> None:
@@ -142,7 +145,8 @@ class Server:
             frame = await reader.readexactly(size)
             self._busy.add(task)
             try:
-                response = await self._handle(frame, host)
+                async with self._request_slots:
+                    response = await self._handle(frame, host)
             finally:
                 self._busy.discard(task)
             if response is None:
