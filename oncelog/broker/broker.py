@@ -22,9 +22,9 @@ from pathlib import Path
 from oncelog.broker import api
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
+from oncelog.broker.internal_topic_store import InternalTopicStore
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.metrics import bind_metrics, scraper, serve_metrics
-from oncelog.broker.offsets_store import LogOffsetsStore
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
@@ -96,12 +96,12 @@ class Broker:
         for name, (count, configs) in internal.items():
             self.partitions.ensure_internal_topic(name, count, configs)
         self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
-        store = LogOffsetsStore(self.partitions, OFFSETS_TOPIC, self.clock)
+        store = InternalTopicStore(self.partitions, OFFSETS_TOPIC, self.clock)
         self.groups = GroupCoordinator(self.config, store, self.clock)
         self.groups.load()
         self.transactions = TransactionCoordinator(
             self.config,
-            LogOffsetsStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
+            InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
             self.producer_ids,
             LocalMarkerWriter(self.partitions, self.groups),
             self.clock,

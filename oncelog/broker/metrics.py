@@ -114,13 +114,13 @@ def collect(services: BrokerContext) -> list[MetricFamily]:
     total = 0
     for partition in sorted(services.partitions.partitions(), key=lambda p: (p.topic, p.index)):
         labels = {"topic": partition.topic, "partition": str(partition.index)}
-        count = len(partition.log.producer_state)
+        count = len(partition.producers())
         total += count
         live.add(count, **labels)
         hw.add(partition.high_watermark, **labels)
         lso.add(partition.last_stable_offset, **labels)
         lag.add(partition.high_watermark - partition.last_stable_offset, **labels)
-        open_here.add(len(partition.log.producer_state.ongoing_txn_first_offsets()), **labels)
+        open_here.add(partition.open_transactions(), **labels)
     live_total.add(total)
     families = [live_total, live, hw, lso, lag, open_here]
     families += _transaction_families(services)

@@ -50,7 +50,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     raise KafkaError(ErrorCode.corrupt_message, "no record batches")
                 buf = bytearray(data)
                 headers = validate_batches(
-                    buf, max_batch_bytes=partition.log.config.max_message_bytes
+                    buf, max_batch_bytes=partition.config.max_message_bytes
                 )
                 if len(headers) != 1:
                     # Kafka's ProduceRequest.validateRecords, from v3 on. Several batches
@@ -62,10 +62,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     )
                 if headers[0].is_transactional:
                     verify_transaction(ctx, request.transactional_id, name, pdata.index, headers[0])
-                result = partition.append(buf, headers, None)
+                result = partition.append(buf, headers)
                 base_offset = result.base_offset
                 append_time = result.log_append_time
-                log_start = partition.log.log_start_offset
+                log_start = partition.log_start_offset
             except KafkaError as exc:
                 code = exc.code
                 message = exc.message or None

@@ -74,7 +74,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
                         coordinator_epoch=p.coordinator_epoch,
                         current_txn_start_offset=p.current_txn_start_offset,
                     )
-                    for p in partition.log.producer_state.active_producers()
+                    for p in partition.producers()
                 )
             except KafkaError as exc:
                 code, message = exc.code, exc.message

@@ -26,23 +26,12 @@ NOW = 1_000_000
 TWO_PC_TIMEOUT = 2**31 - 1
 
 
-class FakeProducerState:
-    def __init__(self, producers: int, open_first_offsets: list[int]) -> None:
-        self.producers = producers
-        self.open = open_first_offsets
-
-    def __len__(self) -> int:
-        return self.producers
-
-    def ongoing_txn_first_offsets(self) -> list[int]:
-        return sorted(self.open)
-
-
 def partition(topic: str, index: int, hw: int, lso: int, producers: int,
               open_offsets: list[int]) -> Any:
     return SimpleNamespace(
         topic=topic, index=index, high_watermark=hw, last_stable_offset=lso,
-        log=SimpleNamespace(producer_state=FakeProducerState(producers, open_offsets)),
+        producers=lambda: [object()] * producers,
+        open_transactions=lambda: len(open_offsets),
     )
 
 
