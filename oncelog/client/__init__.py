@@ -151,7 +151,7 @@ class Producer:
                     if not target.done():
                         target.set_exception(exc)
                     if on_delivery is not None and isinstance(exc, KafkaClientError):
-                        on_delivery(exc, None)
+                        AIOProducer._run_callback(on_delivery, exc, None)  # raising: logged
                     continue
                 source.add_done_callback(functools.partial(_transfer, target=target))
 

@@ -59,6 +59,7 @@ __all__ = [
     "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
     "error_for",
+    "unexpected_error",
 ]
 
 
@@ -313,3 +314,13 @@ def error_for(code: ErrorCode | int, message: str = "") -> KafkaClientError:
     if code.retriable:
         return RetriableError(message, code)
     return KafkaClientError(message, code)
+
+
+def unexpected_error(what: str, exc: BaseException) -> KafkaClientError:
+    """The client error that reports a bug or an unexpected response met in ``what``
+    (``exc`` is its cause), for a background task to hand to the caller it serves."""
+    error = KafkaClientError(
+        f"{what} failed: {type(exc).__name__}: {exc}", ErrorCode.unknown_server_error
+    )
+    error.__cause__ = exc
+    return error

@@ -112,6 +112,7 @@ class AIOConsumer:
             topics=self._subscription,
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
+            on_error=self._surface,
         )
         self._group_task = asyncio.get_running_loop().create_task(
             self._group.run(), name="oncelog-group"

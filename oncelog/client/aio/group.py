@@ -5,7 +5,9 @@ coordinator, joins (the leader runs the assignor over every member's subscriptio
 then heartbeats every ``heartbeat.interval.ms`` until the coordinator asks for a rebalance,
 and joins again. The consumer learns the outcome through two callbacks:
 ``on_revoke(partitions)`` before partitions are given up (so their offsets can be committed)
-and ``on_assign(partitions)`` once the new assignment is known.
+and ``on_assign(partitions)`` once the new assignment is known. An unexpected exception (a
+bug, an undecodable assignment) goes to ``on_error`` (the consumer's poll raises it once) and
+the member rejoins after a backoff; only a FatalError ends the task.
 
 Rebalance protocol: when every configured assignor is cooperative, the member keeps its
 partitions while rejoining and revokes only those the new assignment no longer holds, then
@@ -35,6 +37,7 @@ from oncelog.client.errors import (
     KafkaClientError,
     RetriableError,
     error_for,
+    unexpected_error,
 )
 from oncelog.client.types import ConsumerGroupMetadata, TopicPartition
 from oncelog.client.wire import nested, request
@@ -46,6 +49,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["GroupMember"]
 
 PartitionsCallback = Callable[[list[TopicPartition]], Awaitable[None]]
+ErrorCallback = Callable[[KafkaClientError], None]
 
 _REJOIN = frozenset(
     {ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation, ErrorCode.unknown_member_id}
@@ -73,6 +77,7 @@ class GroupMember:
         topics: Sequence[str],
         on_assign: PartitionsCallback,
         on_revoke: PartitionsCallback,
+        on_error: ErrorCallback,
     ) -> None:
         cfg = client.config
         self.client = client
@@ -92,6 +97,7 @@ class GroupMember:
         self.assignment: list[TopicPartition] = []
         self._on_assign = on_assign
         self._on_revoke = on_revoke
+        self._on_error = on_error
         self._coordinator: int | None = None
         self._rejoin_needed = asyncio.Event()
         self._rejoin_needed.set()
@@ -135,6 +141,14 @@ class GroupMember:
                 logger.info(
                     "group %s member %s: %s; rejoining", self.group_id, self.member_id or "-", exc
                 )
+                self.request_rejoin()
+                await asyncio.sleep(self.client.backoff_s(attempt))
+                attempt += 1
+            except Exception as exc:  # a bug or an unexpected response: reported, then rejoin
+                logger.exception(
+                    "group %s member %s failed; rejoining", self.group_id, self.member_id or "-"
+                )
+                self._on_error(unexpected_error(f"consumer group {self.group_id}", exc))
                 self.request_rejoin()
                 await asyncio.sleep(self.client.backoff_s(attempt))
                 attempt += 1

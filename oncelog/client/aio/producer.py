@@ -49,6 +49,7 @@ from oncelog.client.errors import (
     UnknownProducerIdError,
     UnsupportedVersionError,
     error_for,
+    unexpected_error,
 )
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.txn_state import TxnEvent, TxnState, TxnStateMachine
@@ -129,6 +130,13 @@ class _Delivery:
         self.timestamp = timestamp
 
 
+def _unexpected(what: str, exc: Exception) -> KafkaClientError:
+    """A bug or an unexpected response in ``what``: logged with its traceback, and turned
+    into the client error that reports it (``exc`` is its cause)."""
+    logger.error("%s failed unexpectedly", what, exc_info=exc)
+    return unexpected_error(what, exc)
+
+
 def _txn_error(code: ErrorCode, what: str) -> KafkaClientError:
     """A transactional coordinator error, classified."""
     if code in _FENCING:
@@ -179,6 +187,8 @@ class AIOProducer:
         self._wakeup = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
         self._request_tasks: set[asyncio.Task[None]] = set()
+        # Batches the sender drained and has not yet handed to a produce task.
+        self._sender_batches: list[ProducerBatch] = []
         self._closed = False
         self._pid_lock = asyncio.Lock()
         self._send_lock = asyncio.Lock()
@@ -316,11 +326,22 @@ class AIOProducer:
                 except KafkaClientError as exc:
                     logger.warning("producer sender: %s", exc)
                     await asyncio.sleep(self.client.backoff_s(0))
-                except Exception:
-                    logger.exception("producer sender crashed; retrying")
+                except Exception as exc:  # a bug or an unexpected response
+                    self._on_sender_error(_unexpected("producer sender", exc))
                     await asyncio.sleep(self.client.backoff_s(3))
         except asyncio.CancelledError:
             pass
+
+    def _on_sender_error(self, error: KafkaClientError) -> None:
+        """The sender loop failed unexpectedly: fail the batches it held and those queued
+        (it would only meet the same failure again), so that their futures, callbacks and
+        ``flush`` learn of it instead of waiting forever. Batches in flight finish on
+        their own. The loop then goes on with the records sent after this."""
+        held, self._sender_batches = self._sender_batches, []
+        for batch in held:
+            self._in_flight.discard(batch.tp)
+        self._fail_unexpectedly(held + self.accumulator.remove_all(), error)
+        self._wakeup.set()
 
     async def _sender_iteration(self) -> None:
         now = _mono_ms()
@@ -377,10 +398,12 @@ class AIOProducer:
             batches = self.accumulator.drain(tps, self.config["max.request.size"])
             if not batches:
                 continue
+            self._sender_batches = batches
             for batch in batches:
                 self._prepare_batch(batch)
                 self._in_flight.add(batch.tp)
             task = asyncio.get_running_loop().create_task(self._produce(leader, batches))
+            self._sender_batches = []  # the produce task owns them now
             self._request_tasks.add(task)
             task.add_done_callback(self._request_tasks.discard)
 
@@ -404,17 +427,7 @@ class AIOProducer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug or an unexpected response: fail the records, loudly
-            logger.exception("produce to node %d failed", leader)
-            error = KafkaClientError(
-                f"produce to node {leader} failed: {type(exc).__name__}: {exc}",
-                ErrorCode.unknown_server_error,
-            )
-            for b in batches:
-                if all(d.future.done() for d in b.handles):
-                    continue  # completed before the failure
-                if b.has_sequence:
-                    self._on_unresolved_sequence(error)  # it may or may not have been written
-                self._fail_batch(b, error)
+            self._fail_unexpectedly(batches, _unexpected(f"produce to node {leader}", exc))
         finally:
             for b in batches:
                 self._in_flight.discard(b.tp)
@@ -549,6 +562,18 @@ class AIOProducer:
             self._enter_abortable(exc)
         self._fail_batch(batch, exc)
 
+    def _fail_unexpectedly(self, batches: list[ProducerBatch], error: KafkaClientError) -> None:
+        """Fail the records of ``batches`` not yet completed after an unexpected error; one
+        that was sent may or may not have been written, so its sequence is unresolved."""
+        for b in batches:
+            if all(d.future.done() for d in b.handles):
+                continue  # completed before the failure
+            if b.has_sequence:
+                self._on_unresolved_sequence(error)
+            elif self.transactional_id is not None:
+                self._enter_abortable(error)  # the transaction has lost records
+            self._fail_batch(b, error)
+
     def _on_unresolved_sequence(self, exc: KafkaClientError) -> None:
         """The broker's view of our sequences is unknown or broken: bump the epoch."""
         if not self.idempotent:
@@ -588,12 +613,11 @@ class AIOProducer:
 
     def _enter_abortable(self, exc: KafkaClientError) -> None:
         if self.txn.can(TxnEvent.ABORTABLE_ERROR):
-            self.txn.fire(
-                TxnEvent.ABORTABLE_ERROR,
-                exc
-                if isinstance(exc, AbortableError)
-                else TransactionAbortableError(str(exc), exc.code),
-            )
+            error = exc
+            if not isinstance(exc, AbortableError):
+                error = TransactionAbortableError(str(exc), exc.code)
+                error.__cause__ = exc
+            self.txn.fire(TxnEvent.ABORTABLE_ERROR, error)
 
     # ------------------------------------------------------------------ producer ids
 
@@ -820,12 +844,17 @@ class AIOProducer:
             )
         except FatalError:
             return
-        except KafkaClientError as exc:
-            self._enter_abortable(exc)
+        except Exception as exc:
+            # An error code, or a bug / unexpected response (unknown whether the partitions
+            # joined): as Java's AddPartitionsToTxnHandler, the transaction becomes abortable.
+            error = (
+                exc if isinstance(exc, KafkaClientError) else _unexpected("AddPartitionsToTxn", exc)
+            )
+            self._enter_abortable(error)
             for tp in tps:
                 self._txn_pending_partitions.discard(tp)
             for batch in self.accumulator.remove_all():
-                self._fail_batch(batch, self.txn.error or exc)
+                self._fail_batch(batch, self.txn.error or error)
             return
         finally:
             self._wakeup.set()
