@@ -138,13 +138,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.flush.interval.ms", _nullable_int, None, "fsync after this long."),
         _key("log.flush.scheduler.interval.ms", int, LONG_MAX, "How often to check flushes."),
         _key(
-            "log.flush.offset.checkpoint.interval.ms",
-            int,
-            60000,
-            "How often the recovery point checkpoint is written.",
-            at_least=0,
-        ),
-        _key(
             "log.message.timestamp.type",
             str,
             "CreateTime",
@@ -155,7 +148,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("socket.request.max.bytes", int, 104857600, "Largest request accepted.", at_least=1),
         _key("max.connections", int, INT_MAX, "Maximum open client connections.", at_least=0),
         _key("connections.max.idle.ms", int, 600000, "Close idle connections after this long."),
-        _key("queued.max.requests", int, 500, "Requests in flight per connection.", at_least=1),
+        _key("queued.max.requests", int, 500, "Requests handled at once, all connections.",
+             at_least=1),
         _key(
             "offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", at_least=1
         ),

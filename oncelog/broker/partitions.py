@@ -24,16 +24,17 @@ from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import io_fault
+from oncelog.internal_topics import INTERNAL_TOPICS
 from oncelog.records.batch import BatchHeader
+from oncelog.storage.engine import AppendOrigin, FetchResult, IsolationLevel
 from oncelog.storage.files import atomic_write
 from oncelog.storage.log import AppendResult
+from oncelog.storage.producer_state import ProducerInfo
+from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 CATALOG_FILE = "topics.json"
@@ -152,7 +153,10 @@ class Partition:
         self.raw_log = log
         self.log: UnifiedLog = cast(UnifiedLog, _GuardedLog(log, self))
         self.offline: str | None = None
-        self._waiters: set[asyncio.Future[None]] = set()
+        # Fetches waiting for data, by isolation level (see _maybe_wake).
+        self._waiters: dict[IsolationLevel, set[asyncio.Future[None]]] = {
+            level: set() for level in IsolationLevel
+        }
 
     @property
     def name(self) -> str:
@@ -175,6 +179,15 @@ class Partition:
             f"partition {self.name} is offline ({self.offline}) in {self.raw_log.directory}",
         )
 
+    # -- offsets and configuration -----------------------------------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self.log.config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
     @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
@@ -184,39 +197,128 @@ class Partition:
         """Offsets below it are decided: no open transaction has records there."""
         return self.log.last_stable_offset
 
-    def append_marker(
-        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
-    ) -> int:
-        offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
-        self.wake_waiters()
-        return offset
+    def last_fetchable_offset(self, isolation: IsolationLevel) -> int:
+        """Where a reader of ``isolation`` stops: the LSO (read_committed) or the HW."""
+        if isolation is IsolationLevel.READ_COMMITTED:
+            return self.last_stable_offset
+        return self.high_watermark
 
+    # -- writes ---------------------------------------------------------------------------
     def append(
         self,
         buf: bytearray,
         headers: list[BatchHeader],
-        log_append_time_ms: int | None,
         *,
-        from_client: bool = True,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        log_append_time_ms: int | None = None,
     ) -> AppendResult:
+        before = self._offsets()
         result = self.log.append(
-            buf, headers, log_append_time_ms=log_append_time_ms, from_client=from_client
+            buf, headers, log_append_time_ms=log_append_time_ms,
+            from_client=origin is AppendOrigin.CLIENT,
         )
-        self.wake_waiters()
+        self._maybe_wake(before)
         return result
 
-    def wake_waiters(self) -> None:
-        if self._waiters:
-            for fut in self._waiters:
-                if not fut.done():
-                    fut.set_result(None)
-            self._waiters.clear()
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+    ) -> int:
+        before = self._offsets()
+        offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        self._maybe_wake(before)
+        return offset
 
-    def add_waiter(self, fut: asyncio.Future[None]) -> None:
-        self._waiters.add(fut)
+    # -- reads ----------------------------------------------------------------------------
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        *,
+        min_one_batch: bool = True,
+    ) -> FetchResult:
+        """Whole batches from ``offset`` below the HW (read_uncommitted) or the LSO
+        (read_committed, with the aborted transactions overlapping what is returned)."""
+        high_watermark, stable = self.high_watermark, self.last_stable_offset
+        log_start = self.log_start_offset
+        committed = isolation is IsolationLevel.READ_COMMITTED
+        result = self.log.read(
+            offset, max_bytes, max_offset=stable if committed else high_watermark,
+            min_one_batch=min_one_batch,
+        )
+        aborted: list[AbortedTxn] | None = None
+        if committed:
+            aborted = (
+                self.log.aborted_transactions(offset, result.next_offset) if result.data else []
+            )
+        return FetchResult(
+            data=result.data, first_offset=result.first_offset, next_offset=result.next_offset,
+            high_watermark=high_watermark, last_stable_offset=stable,
+            log_start_offset=log_start, aborted=aborted,
+        )
+
+    def producers(self) -> list[ProducerInfo]:
+        """The producers this partition knows (DescribeProducers), by producer id."""
+        return self.log.producer_state.active_producers()
+
+    def open_transactions(self) -> int:
+        """Transactions with records here and no marker yet."""
+        return len(self.log.producer_state.ongoing_txn_first_offsets())
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        entry = self.log.producer_state.last_entry(producer_id)
+        return entry is not None and entry.current_txn_first_offset is not None
+
+    def offset_for_timestamp(
+        self, timestamp_ms: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    ) -> tuple[int, int] | None:
+        committed = isolation is IsolationLevel.READ_COMMITTED
+        return self.log.offset_for_timestamp(timestamp_ms, read_committed=committed)
+
+    def max_timestamp_offset(
+        self, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    ) -> tuple[int, int] | None:
+        committed = isolation is IsolationLevel.READ_COMMITTED
+        return self.log.max_timestamp_offset(read_committed=committed)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+    # -- fetch waiters ----------------------------------------------------------------------
+    def _offsets(self) -> tuple[int, int]:
+        return self.log.high_watermark, self.log.last_stable_offset
+
+    def _maybe_wake(self, before: tuple[int, int]) -> None:
+        """Wake read_uncommitted waiters when the HW moved, read_committed ones only when the
+        LSO moved (an append inside an open transaction gives them nothing to read)."""
+        high_watermark, stable = self._offsets()
+        if high_watermark != before[0]:
+            self._wake(self._waiters[IsolationLevel.READ_UNCOMMITTED])
+        if stable != before[1]:
+            self._wake(self._waiters[IsolationLevel.READ_COMMITTED])
+
+    @staticmethod
+    def _wake(waiters: set[asyncio.Future[None]]) -> None:
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        waiters.clear()
+
+    def wake_waiters(self) -> None:
+        """Wake every waiting fetch (the partition went offline, was deleted or closed)."""
+        for waiters in self._waiters.values():
+            self._wake(waiters)
+
+    def add_waiter(
+        self,
+        fut: asyncio.Future[None],
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> None:
+        self._waiters[isolation].add(fut)
 
     def remove_waiter(self, fut: asyncio.Future[None]) -> None:
-        self._waiters.discard(fut)
+        for waiters in self._waiters.values():
+            waiters.discard(fut)
 
 
 class PartitionRegistry:

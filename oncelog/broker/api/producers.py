@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.api.compat import fenced_for_version
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
@@ -23,7 +24,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.INIT_PRODUCER_ID, ctx.api_version)
     if request.transactional_id is not None:
         # A transactional producer: the transaction coordinator decides (bump, fence, 2PC).
-        result = await ctx.broker.transactions.handle_init_producer_id(
+        result = await ctx.services.transactions.handle_init_producer_id(
             request.transactional_id,
             to_ms(request.transaction_timeout),
             int(getattr(request, "producer_id", -1)),
@@ -31,9 +32,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
             enable_2pc=bool(getattr(request, "enable2_pc", False)),
             keep_prepared=bool(getattr(request, "keep_prepared_txn", False)),
         )
-        code = result.error
-        if code is ErrorCode.producer_fenced and ctx.api_version < 4:
-            code = ErrorCode.invalid_producer_epoch  # PRODUCER_FENCED is new in v4
+        code = fenced_for_version(result.error, ctx.api_version, 4)
         return make(
             mod.InitProducerIdResponse,
             throttle_time=0,
@@ -43,7 +42,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
             ongoing_txn_producer_id=result.ongoing_txn_producer_id,
             ongoing_txn_producer_epoch=result.ongoing_txn_producer_epoch,
         )
-    producer_id = ctx.broker.producer_ids.next_id()
+    producer_id = ctx.services.producer_ids.next_id()
     log.info("client %s: new idempotent producer id %d", ctx.client_id, producer_id)
     return make(
         mod.InitProducerIdResponse,
@@ -57,7 +56,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.DESCRIBE_PRODUCERS, 0, 0)
 async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DESCRIBE_PRODUCERS, ctx.api_version)
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     topics = []
     for topic in request.topics:
         partitions = []
@@ -75,7 +74,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
                         coordinator_epoch=p.coordinator_epoch,
                         current_txn_start_offset=p.current_txn_start_offset,
                     )
-                    for p in partition.log.producer_state.active_producers()
+                    for p in partition.producers()
                 )
             except KafkaError as exc:
                 code, message = exc.code, exc.message

@@ -69,11 +69,10 @@ from oncelog.coordinator.transaction.state import (
 from oncelog.coordinator.transaction.store import TxnLogStore
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import crash_point
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 logger = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 Sleep = Callable[[float], Awaitable[None]]
 
