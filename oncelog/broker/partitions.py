@@ -15,6 +15,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -27,11 +28,11 @@ from oncelog.faults import io_fault
 from oncelog.internal_topics import INTERNAL_TOPICS
 from oncelog.records.batch import BatchHeader
 from oncelog.storage.engine import AppendOrigin, FetchResult, IsolationLevel
+from oncelog.storage.engines import open_engine
 from oncelog.storage.files import atomic_write
 from oncelog.storage.log import AppendResult
 from oncelog.storage.producer_state import ProducerInfo
-from oncelog.storage.txn_index import AbortedTxn
-from oncelog.storage.unified_log import UnifiedLog
+from oncelog.storage.unified_log import SnapshotJob, UnifiedLog
 
 log = logging.getLogger(__name__)
 
@@ -199,9 +200,7 @@ class Partition:
 
     def last_fetchable_offset(self, isolation: IsolationLevel) -> int:
         """Where a reader of ``isolation`` stops: the LSO (read_committed) or the HW."""
-        if isolation is IsolationLevel.READ_COMMITTED:
-            return self.last_stable_offset
-        return self.high_watermark
+        return self.log.last_fetchable_offset(isolation)
 
     # -- writes ---------------------------------------------------------------------------
     def append(
@@ -214,8 +213,7 @@ class Partition:
     ) -> AppendResult:
         before = self._offsets()
         result = self.log.append(
-            buf, headers, log_append_time_ms=log_append_time_ms,
-            from_client=origin is AppendOrigin.CLIENT,
+            buf, headers, origin=origin, log_append_time_ms=log_append_time_ms
         )
         self._maybe_wake(before)
         return result
@@ -239,47 +237,28 @@ class Partition:
     ) -> FetchResult:
         """Whole batches from ``offset`` below the HW (read_uncommitted) or the LSO
         (read_committed, with the aborted transactions overlapping what is returned)."""
-        high_watermark, stable = self.high_watermark, self.last_stable_offset
-        log_start = self.log_start_offset
-        committed = isolation is IsolationLevel.READ_COMMITTED
-        result = self.log.read(
-            offset, max_bytes, max_offset=stable if committed else high_watermark,
-            min_one_batch=min_one_batch,
-        )
-        aborted: list[AbortedTxn] | None = None
-        if committed:
-            aborted = (
-                self.log.aborted_transactions(offset, result.next_offset) if result.data else []
-            )
-        return FetchResult(
-            data=result.data, first_offset=result.first_offset, next_offset=result.next_offset,
-            high_watermark=high_watermark, last_stable_offset=stable,
-            log_start_offset=log_start, aborted=aborted,
-        )
+        return self.log.read(offset, max_bytes, isolation, min_one_batch=min_one_batch)
 
     def producers(self) -> list[ProducerInfo]:
         """The producers this partition knows (DescribeProducers), by producer id."""
-        return self.log.producer_state.active_producers()
+        return self.log.producers()
 
     def open_transactions(self) -> int:
         """Transactions with records here and no marker yet."""
-        return len(self.log.producer_state.ongoing_txn_first_offsets())
+        return self.log.open_transactions()
 
     def has_open_transaction(self, producer_id: int) -> bool:
-        entry = self.log.producer_state.last_entry(producer_id)
-        return entry is not None and entry.current_txn_first_offset is not None
+        return self.log.has_open_transaction(producer_id)
 
     def offset_for_timestamp(
         self, timestamp_ms: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
     ) -> tuple[int, int] | None:
-        committed = isolation is IsolationLevel.READ_COMMITTED
-        return self.log.offset_for_timestamp(timestamp_ms, read_committed=committed)
+        return self.log.offset_for_timestamp(timestamp_ms, isolation)
 
     def max_timestamp_offset(
         self, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
     ) -> tuple[int, int] | None:
-        committed = isolation is IsolationLevel.READ_COMMITTED
-        return self.log.max_timestamp_offset(read_committed=committed)
+        return self.log.max_timestamp_offset(isolation)
 
     def flush(self) -> None:
         self.log.flush()
@@ -330,6 +309,12 @@ class PartitionRegistry:
         self.clock = clock
         self.topics: dict[str, TopicInfo] = {}
         self._partitions: dict[tuple[str, int], Partition] = {}
+        # Producer-state snapshots taken at segment rolls are written (fsync included) by
+        # one worker thread, in order, instead of inside the append on the event loop.
+        self._snapshots = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshots")
+
+    def _write_snapshot(self, job: SnapshotJob) -> None:
+        self._snapshots.submit(job)
 
     # -- loading and the catalog -------------------------------------------------------
     def load(self, internal_configs: Mapping[str, Mapping[str, str]] | None = None) -> None:
@@ -398,11 +383,13 @@ class PartitionRegistry:
 
     def _open_partition(self, topic: str, index: int, log_config: LogConfig) -> Partition:
         directory = self.data_dir / f"{topic}-{index}"
-        log = UnifiedLog.open(
+        log = open_engine(
+            self.config["storage.engine"],
             directory,
             log_config,
             self.clock,
             producer_id_expiration_ms=int(self.config["producer.id.expiration.ms"]),
+            snapshot_writer=self._write_snapshot,
         )
         partition = Partition(topic, index, log)
         self._partitions[(topic, index)] = partition
@@ -560,3 +547,4 @@ class PartitionRegistry:
         for partition in self.partitions():
             partition.wake_waiters()
         self._each_online(close)
+        self._snapshots.shutdown(wait=True)

@@ -222,10 +222,9 @@ class UnifiedLog:
             return high_watermark
         return min(max(first, self.log.log_start_offset), high_watermark)
 
-    def last_fetchable_offset(self, isolation: IsolationLevel | bool) -> int:
-        """Kafka's lastFetchableOffset: the LSO for read_committed, else the high watermark
-        (a bool is read as ``read_committed``, the older form of the argument)."""
-        if isolation is True or isolation is IsolationLevel.READ_COMMITTED:
+    def last_fetchable_offset(self, isolation: IsolationLevel) -> int:
+        """Kafka's lastFetchableOffset: the LSO for read_committed, else the high watermark."""
+        if isolation is IsolationLevel.READ_COMMITTED:
             return self.last_stable_offset
         return self.high_watermark
 
@@ -245,16 +244,12 @@ class UnifiedLog:
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         log_append_time_ms: int | None = None,
-        from_client: bool | None = None,
     ) -> AppendResult:
         """Append validated batches; a duplicate retry returns the original offsets.
 
         ``origin`` COORDINATOR is a coordinator's own write (e.g. transactional offset
         commits): only the producer epoch is checked, not sequences. REPLICATION applies the
-        batches as they are, markers included. ``from_client`` is the older spelling
-        (False = COORDINATOR), kept until every caller passes ``origin``."""
-        if from_client is not None:
-            origin = AppendOrigin.CLIENT if from_client else AppendOrigin.COORDINATOR
+        batches as they are, markers included."""
         if origin is AppendOrigin.REPLICATION:
             result = self.log.append(buf, headers, log_append_time_ms=log_append_time_ms)
             self._apply(result.headers)
@@ -417,16 +412,13 @@ class UnifiedLog:
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         *,
         min_one_batch: bool = True,
-        max_offset: int | None = None,
     ) -> FetchResult:
         """Whole batches from ``offset`` below the high watermark (read_uncommitted) or the
-        LSO (read_committed, with the aborted transactions overlapping what is returned),
-        and below ``max_offset`` if given. OFFSET_OUT_OF_RANGE outside [log start, end]."""
+        LSO (read_committed, with the aborted transactions overlapping what is returned).
+        OFFSET_OUT_OF_RANGE outside [log start, log end]."""
         high_watermark, stable = self.high_watermark, self.last_stable_offset
         committed = isolation is IsolationLevel.READ_COMMITTED
         upper = stable if committed else high_watermark
-        if max_offset is not None and max_offset < upper:
-            upper = max_offset
         result = self.log.read(offset, max_bytes, max_offset=upper, min_one_batch=min_one_batch)
         aborted: list[AbortedTxn] | None = None
         if committed:
@@ -456,26 +448,19 @@ class UnifiedLog:
         self,
         timestamp_ms: int,
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
-        *,
-        read_committed: bool | None = None,
     ) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp_ms``,
         or None -- also when that offset is not fetchable yet (at or above the LSO under
-        read_committed, the high watermark otherwise), as Kafka answers -1 then.
-        ``read_committed`` is the older spelling of ``isolation``."""
-        found = self.log.offset_for_timestamp(timestamp_ms)
-        return self._fetchable(found, _isolation(isolation, read_committed))
+        read_committed, the high watermark otherwise), as Kafka answers -1 then."""
+        return self._fetchable(self.log.offset_for_timestamp(timestamp_ms), isolation)
 
     def max_timestamp_offset(
         self,
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
-        *,
-        read_committed: bool | None = None,
     ) -> tuple[int, int] | None:
         """The record with the largest timestamp, None when there is none or it is not
         fetchable yet (as ``offset_for_timestamp``)."""
-        found = self.log.max_timestamp_offset()
-        return self._fetchable(found, _isolation(isolation, read_committed))
+        return self._fetchable(self.log.max_timestamp_offset(), isolation)
 
     def _fetchable(
         self, found: tuple[int, int] | None, isolation: IsolationLevel
@@ -525,8 +510,3 @@ class UnifiedLog:
         self._invalidate_pending_snapshots()
         self.log.delete()
 
-
-def _isolation(isolation: IsolationLevel, read_committed: bool | None) -> IsolationLevel:
-    if read_committed is None:
-        return isolation
-    return IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED

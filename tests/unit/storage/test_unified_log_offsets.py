@@ -6,10 +6,12 @@ from __future__ import annotations
 from oncelog.clock import FakeClock
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
+from oncelog.storage.engine import IsolationLevel
 from oncelog.storage.unified_log import UnifiedLog
 from tests.unit.storage.conftest import EngineFactory
 
 T0 = FakeClock().now_ms()
+COMMITTED = IsolationLevel.READ_COMMITTED
 
 
 def append(log: UnifiedLog, ts: int, *, pid: int = -1, seq: int = -1, txn: bool = False) -> int:
@@ -35,7 +37,7 @@ def test_lso_is_never_below_the_log_start(make_engine: EngineFactory) -> None:
     assert log.log_start_offset > 0
     assert log.first_unstable_offset == 0
     assert log.last_stable_offset == log.log_start_offset
-    assert log.last_fetchable_offset(True) == log.log_start_offset
+    assert log.last_fetchable_offset(COMMITTED) == log.log_start_offset
     log.read(log.last_stable_offset, 1 << 20)  # in range: no OFFSET_OUT_OF_RANGE
     log.append_marker(5, 0, 0, commit=True)
     assert log.last_stable_offset == log.log_end_offset
@@ -50,12 +52,12 @@ def test_offset_for_timestamp_under_read_committed_stops_below_the_lso(
     append(log, T0 + 20)  # 2
     assert log.last_stable_offset == 1
     assert log.offset_for_timestamp(T0) == (0, T0)
-    assert log.offset_for_timestamp(T0, read_committed=True) == (0, T0)
+    assert log.offset_for_timestamp(T0, COMMITTED) == (0, T0)
     assert log.offset_for_timestamp(T0 + 5) == (1, T0 + 10)
-    assert log.offset_for_timestamp(T0 + 5, read_committed=True) is None
-    assert log.offset_for_timestamp(T0 + 15, read_committed=True) is None
+    assert log.offset_for_timestamp(T0 + 5, COMMITTED) is None
+    assert log.offset_for_timestamp(T0 + 15, COMMITTED) is None
     assert log.max_timestamp_offset() == (2, T0 + 20)
-    assert log.max_timestamp_offset(read_committed=True) is None
+    assert log.max_timestamp_offset(COMMITTED) is None
     log.append_marker(5, 0, 0, commit=True)
-    assert log.offset_for_timestamp(T0 + 5, read_committed=True) == (1, T0 + 10)
-    assert log.max_timestamp_offset(read_committed=True) == (2, T0 + 20)
+    assert log.offset_for_timestamp(T0 + 5, COMMITTED) == (1, T0 + 10)
+    assert log.max_timestamp_offset(COMMITTED) == (2, T0 + 20)
