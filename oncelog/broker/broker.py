@@ -102,7 +102,7 @@ class Broker:
         self.transactions = TransactionCoordinator(
             self.config,
             InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
-            self.producer_ids,
+            self.producer_ids,  # the one source of producer ids, idempotent ones included
             LocalMarkerWriter(self.partitions, self.groups),
             self.clock,
         )

@@ -14,7 +14,7 @@ import pytest
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
 from oncelog.client.aio import AIOConsumer
-from oncelog.client.aio import consumer as consumer_module
+from oncelog.client.aio import fetcher as fetcher_module
 from oncelog.client.errors import CorruptRecordError, KafkaClientError
 from oncelog.client.types import Message
 from tests.support.broker import BrokerProcess
@@ -69,14 +69,14 @@ def test_seek_while_the_reset_lookup_is_in_flight_cancels_it(
         )
         lookup_started = asyncio.Event()
         release = asyncio.Event()
-        list_offsets = consumer.list_offsets
+        list_offsets = consumer.offsets.list_offsets
 
         async def gated(tps: Sequence[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
             lookup_started.set()
             await release.wait()
             return await list_offsets(tps, timestamp)
 
-        consumer.list_offsets = gated  # type: ignore[method-assign]
+        consumer.offsets.list_offsets = gated  # type: ignore[method-assign]
         try:
             await consumer.assign([tp])
             async with asyncio.timeout(20):
@@ -162,7 +162,7 @@ def test_unexpected_error_in_the_fetch_task_reaches_poll(
     def broken(*args: object, **kwargs: object) -> object:
         raise RuntimeError("decoder bug")
 
-    monkeypatch.setattr(consumer_module, "decode_fetched", broken)
+    monkeypatch.setattr(fetcher_module, "decode_fetched", broken)
     tp = TopicPartition(topic, 0)
     with Consumer(
         {"bootstrap.servers": shared_broker.bootstrap, "auto.offset.reset": "earliest"}

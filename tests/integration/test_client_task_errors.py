@@ -13,7 +13,8 @@ import pytest
 from oncelog.client import Admin, Consumer, Message, Producer, TopicPartition, TxnState
 from oncelog.client.accumulator import ProducerBatch, RecordAccumulator
 from oncelog.client.aio import group as group_module
-from oncelog.client.aio.producer import AIOProducer
+from oncelog.client.aio.sender import Sender
+from oncelog.client.aio.transaction_manager import TransactionManager
 from oncelog.client.errors import KafkaClientError, TransactionAbortableError
 from tests.support.broker import BrokerProcess
 from tests.support.names import unique_group, unique_name, unique_topic
@@ -83,11 +84,11 @@ def test_unexpected_error_adding_partitions_makes_the_transaction_abortable(
     shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic = _new_topic(shared_broker, "add-partitions-bug")
-    original = AIOProducer._txn_coordinator_call
+    original = TransactionManager._txn_coordinator_call
     attempts: list[str] = []
 
     async def broken(
-        self: AIOProducer, api_key: int, build: Callable[[int], Any], what: str, check: Any
+        self: TransactionManager, api_key: int, build: Callable[[int], Any], what: str, check: Any
     ) -> Any:
         if what == "AddPartitionsToTxn":
             attempts.append(what)
@@ -100,7 +101,7 @@ def test_unexpected_error_adding_partitions_makes_the_transaction_abortable(
     try:
         producer.init_transactions()
         producer.begin_transaction()
-        monkeypatch.setattr(AIOProducer, "_txn_coordinator_call", broken)
+        monkeypatch.setattr(TransactionManager, "_txn_coordinator_call", broken)
         future = producer.send(topic, b"lost")
         with pytest.raises(TransactionAbortableError, match="RuntimeError: add-partitions bug"):
             future.result(10)
@@ -119,7 +120,7 @@ def test_unexpected_error_adding_partitions_makes_the_transaction_abortable(
 
 @pytest.mark.parametrize(
     ("owner", "method"),
-    [(AIOProducer, "_prepare_batch"), (RecordAccumulator, "ready")],
+    [(Sender, "_prepare_batch"), (RecordAccumulator, "ready")],
     ids=["drained-batch", "queued-batch"],
 )
 def test_unexpected_error_in_the_sender_fails_the_records_it_was_handling(

@@ -1,8 +1,9 @@
 """InitProducerId (key 22) for idempotent producers, and DescribeProducers (key 61).
 
-An idempotent producer (no transactional id) always gets a fresh producer id with epoch 0,
-as Kafka does (also when it passes its current id and epoch for a KIP-360 bump). Producer
-ids come from durable blocks, so a restart never hands one out twice.
+Every InitProducerId goes to the transaction coordinator, which owns producer ids. An
+idempotent producer (no transactional id) always gets a fresh producer id with epoch 0, as
+Kafka does (also when it passes its current id and epoch for a KIP-360 bump). Producer ids
+come from durable blocks, so a restart never hands one out twice.
 """
 
 from __future__ import annotations
@@ -22,34 +23,27 @@ log = logging.getLogger(__name__)
 @handles(versions.INIT_PRODUCER_ID, 0, 6)
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.INIT_PRODUCER_ID, ctx.api_version)
-    if request.transactional_id is not None:
-        # A transactional producer: the transaction coordinator decides (bump, fence, 2PC).
-        result = await ctx.services.transactions.handle_init_producer_id(
-            request.transactional_id,
-            to_ms(request.transaction_timeout),
-            int(getattr(request, "producer_id", -1)),
-            int(getattr(request, "producer_epoch", -1)),
-            enable_2pc=bool(getattr(request, "enable2_pc", False)),
-            keep_prepared=bool(getattr(request, "keep_prepared_txn", False)),
-        )
-        code = fenced_for_version(result.error, ctx.api_version, 4)
-        return make(
-            mod.InitProducerIdResponse,
-            throttle_time=0,
-            error_code=code,
-            producer_id=result.producer_id,
-            producer_epoch=result.producer_epoch,
-            ongoing_txn_producer_id=result.ongoing_txn_producer_id,
-            ongoing_txn_producer_epoch=result.ongoing_txn_producer_epoch,
-        )
-    producer_id = ctx.services.producer_ids.next_id()
-    log.info("client %s: new idempotent producer id %d", ctx.client_id, producer_id)
+    # One path for every producer id: the transaction coordinator decides (a fresh id for an
+    # idempotent producer; bump, fence, 2PC for a transactional one).
+    result = await ctx.services.transactions.handle_init_producer_id(
+        request.transactional_id,
+        to_ms(request.transaction_timeout),
+        int(getattr(request, "producer_id", -1)),
+        int(getattr(request, "producer_epoch", -1)),
+        enable_2pc=bool(getattr(request, "enable2_pc", False)),
+        keep_prepared=bool(getattr(request, "keep_prepared_txn", False)),
+    )
+    code = fenced_for_version(result.error, ctx.api_version, 4)
+    if request.transactional_id is None and code is ErrorCode.none:
+        log.info("client %s: new idempotent producer id %d", ctx.client_id, result.producer_id)
     return make(
         mod.InitProducerIdResponse,
         throttle_time=0,
-        error_code=ErrorCode.none,
-        producer_id=producer_id,
-        producer_epoch=0,
+        error_code=code,
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
+        ongoing_txn_producer_id=result.ongoing_txn_producer_id,
+        ongoing_txn_producer_epoch=result.ongoing_txn_producer_epoch,
     )
 
 

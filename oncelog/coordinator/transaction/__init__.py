@@ -1,14 +1,16 @@
-"""The transaction coordinator (KIP-98, KIP-890, KIP-939): state machine in ``state.py``,
-per-id metadata and transitions in ``metadata.py``, the ``__transaction_state`` record codec
-in ``log_codec.py``, the handlers and sweeps in ``coordinator.py``."""
+"""The transaction coordinator (KIP-98, KIP-890, KIP-939), split by role as Kafka's is:
+the state machine in ``state.py``, per-id metadata and transitions in ``metadata.py``, the
+``__transaction_state`` record codec in ``log_codec.py``, the request handling (one
+``handle_*`` per API) in ``coordinator.py`` with the InitProducerId/EndTxn state rules in
+``decisions.py``, the cache, log appends, loading and sweeps in ``state_manager.py``, and the
+marker retry loop with its error classifier in ``marker_channel.py``."""
 
-from oncelog.coordinator.transaction.coordinator import (
-    OFFSETS_TOPIC,
-    TRANSACTION_STATE_TOPIC,
-    TransactionCoordinator,
-    transaction_log_partition,
+from oncelog.coordinator.transaction.coordinator import OFFSETS_TOPIC, TransactionCoordinator
+from oncelog.coordinator.transaction.marker_channel import (
+    MarkerOutcome,
+    MarkerWriter,
+    TransactionMarkerChannel,
 )
-from oncelog.coordinator.transaction.markers import MarkerOutcome, MarkerWriter
 from oncelog.coordinator.transaction.metadata import (
     TopicPartition,
     TransactionMetadata,
@@ -23,6 +25,11 @@ from oncelog.coordinator.transaction.results import (
     TxnCoordinatorStatistics,
 )
 from oncelog.coordinator.transaction.state import TransactionState
+from oncelog.coordinator.transaction.state_manager import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionStateManager,
+    transaction_log_partition,
+)
 from oncelog.coordinator.transaction.store import InMemoryTxnLogStore, TxnLogStore
 
 __all__ = [
@@ -38,8 +45,10 @@ __all__ = [
     "MarkerWriter",
     "TopicPartition",
     "TransactionCoordinator",
+    "TransactionMarkerChannel",
     "TransactionMetadata",
     "TransactionState",
+    "TransactionStateManager",
     "TxnCoordinatorStatistics",
     "TxnLogStore",
     "TxnTransitMetadata",

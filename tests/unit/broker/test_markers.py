@@ -11,7 +11,7 @@ from oncelog.broker.partitions import Partition, PartitionRegistry
 from oncelog.clock import FakeClock
 from oncelog.config import LogConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
-from oncelog.coordinator.transaction.markers import MarkerOutcome, classify_marker_error
+from oncelog.coordinator.transaction.marker_channel import MarkerOutcome, classify_marker_error
 from oncelog.errors import ErrorCode
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches

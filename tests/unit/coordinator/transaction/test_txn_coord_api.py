@@ -47,8 +47,9 @@ def encodes(api_key: int, version: int, response: Any) -> None:
 
 
 async def init(env: Env, version: int = 4, **fields: Any) -> Any:
+    fields = {"transactional_id": TXN, **fields}
     request = req(versions.INIT_PRODUCER_ID, version, "InitProducerIdRequest",
-                  transactional_id=TXN, transaction_timeout=TIMEOUT_MS, **fields)
+                  transaction_timeout=TIMEOUT_MS, **fields)
     response = await producers.handle_init_producer_id(
         ctx_for(env, versions.INIT_PRODUCER_ID, version), request
     )
@@ -183,6 +184,26 @@ def test_init_producer_id_v3_maps_fenced_and_v5_serves_kip360(tmp_path: Path) ->
         assert (bumped.error_code, bumped.producer_epoch) == (E.none, 1)
 
     run(env, body)
+
+
+def test_idempotent_init_producer_id_is_answered_by_the_coordinator(tmp_path: Path) -> None:
+    """One producer id path: InitProducerId without a transactional id (any version, also a
+    KIP-360 retry with the current id and epoch) gets a fresh id with epoch 0 from the
+    transaction coordinator's producer id manager; the broker context offers no other."""
+    env = make_env(tmp_path)
+
+    async def body() -> None:
+        seen = set()
+        for version, fields in ((0, {}), (4, {}), (5, {"producer_id": 0, "producer_epoch": 0})):
+            response = await init(env, version, transactional_id=None, **fields)
+            assert (response.error_code, response.producer_epoch) == (E.none, 0)
+            seen.add(response.producer_id)
+        assert len(seen) == 3
+        transactional = await init(env, 4)
+        assert transactional.producer_id not in seen
+
+    run(env, body)
+    assert env.store.appends == 1  # only the transactional id was logged
 
 
 def test_write_txn_markers_is_refused_to_clients(tmp_path: Path) -> None:

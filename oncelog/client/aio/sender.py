@@ -1,0 +1,448 @@
+"""The producer's sender: batches from the accumulator to the brokers, and their outcome.
+
+The drain side of the Java client's RecordAccumulator plus its Sender. One sender task
+drains ready batches, groups them by leader and sends one Produce request per leader
+(several leaders in parallel, each in its own produce task). A partition has at most one
+batch in flight, so a retried batch keeps its place and its sequence number: with
+idempotence the broker appends it at most once. Each batch gets the producer id, epoch and
+next sequence of its partition when first drained, and again after an epoch bump
+(``_prepare_batch``). Retriable errors re-enqueue a batch until ``retries`` or
+``delivery.timeout.ms`` run out; queued batches older than ``delivery.timeout.ms`` expire.
+A batch's outcome settles its records' futures and ``on_delivery`` callbacks; an error is
+classified (fatal, unresolved sequence, abortable) for the ``TransactionManager``, which
+also holds back partitions not yet added to the transaction. An unexpected error in the
+sender or in a produce task fails the records it was handling instead of leaving them
+pending forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from oncelog.client.accumulator import ProducerBatch, RecordAccumulator
+from oncelog.client.aio.client import KafkaClient
+from oncelog.client.aio.idempotence import unexpected
+from oncelog.client.aio.transaction_manager import TransactionManager
+from oncelog.client.config import ClientConfig
+from oncelog.client.errors import (
+    FatalError,
+    KafkaClientError,
+    KafkaTimeoutError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    RetriableError,
+    UnknownProducerIdError,
+    error_for,
+)
+from oncelog.client.txn_requests import FENCING
+from oncelog.client.types import RecordMetadata, TopicPartition
+from oncelog.client.wire import nested, request
+from oncelog.errors import ErrorCode
+from oncelog.protocol import versions as api
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Delivery", "DeliveryCallback", "Sender", "mono_ms"]
+
+DeliveryCallback = Callable[[KafkaClientError | None, RecordMetadata | None], None]
+
+
+def mono_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+_mono_ms = mono_ms
+
+
+class Delivery:
+    """The per-record handle the accumulator carries: future plus callback."""
+
+    __slots__ = ("callback", "future", "timestamp")
+
+    def __init__(
+        self,
+        future: asyncio.Future[RecordMetadata],
+        callback: DeliveryCallback | None,
+        timestamp: int,
+    ) -> None:
+        self.future = future
+        self.callback = callback
+        self.timestamp = timestamp
+
+
+class Sender:
+    def __init__(
+        self,
+        config: ClientConfig,
+        client: KafkaClient,
+        accumulator: RecordAccumulator,
+        transactions: TransactionManager,
+        *,
+        acks: int,
+        compression: int,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.accumulator = accumulator
+        self.transactions = transactions
+        self.acks = acks
+        self.compression = compression
+        # Futures of the records sent and not yet acknowledged or failed.
+        self.pending: set[asyncio.Future[RecordMetadata]] = set()
+        self._in_flight: set[TopicPartition] = set()
+        self._wakeup = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._request_tasks: set[asyncio.Task[None]] = set()
+        # Batches the sender drained and has not yet handed to a produce task.
+        self._sender_batches: list[ProducerBatch] = []
+        self.closed = False
+        transactions.attach(self)
+
+    # ------------------------------------------------------------------ RecordQueue
+
+    async def start(self) -> None:
+        if self._sender is None:
+            self._sender = asyncio.get_running_loop().create_task(
+                self._run_sender(), name="oncelog-producer-sender"
+            )
+
+    def has_pending(self) -> bool:
+        return bool(self.pending)
+
+    def fail_queued(self, error: KafkaClientError) -> None:
+        for batch in self.accumulator.remove_all():
+            self._fail_batch(batch, error)
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    def add_pending(self, future: asyncio.Future[RecordMetadata]) -> None:
+        """Track ``future`` (a record just appended) until it is done."""
+        self.pending.add(future)
+        future.add_done_callback(self.pending.discard)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Send what is queued (within ``timeout`` seconds), fail the rest, stop the tasks."""
+        self.accumulator.close()
+        self._wakeup.set()
+        if self.transactions.fatal is None and self.pending:
+            with contextlib.suppress(Exception):
+                await self.flush(timeout)
+        self.closed = True
+        for batch in self.accumulator.remove_all():
+            self._fail_batch(batch, KafkaClientError("producer closed before the record was sent"))
+        self._wakeup.set()
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(BaseException):
+                await self._sender
+        for task in list(self._request_tasks):
+            task.cancel()
+        for task in list(self._request_tasks):
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued and wait for the acknowledgements. Returns how many
+        records are still undelivered (0 unless ``timeout`` seconds ran out)."""
+        pending = list(self.pending)
+        if not pending:
+            return 0
+        self.accumulator.begin_flush()
+        self._wakeup.set()
+        try:
+            _, not_done = await asyncio.wait(pending, timeout=timeout)
+        finally:
+            self.accumulator.end_flush()
+        return len(not_done)
+
+    # ------------------------------------------------------------------ sender
+
+    async def _run_sender(self) -> None:
+        try:
+            while not self.closed:
+                try:
+                    await self._sender_iteration()
+                except asyncio.CancelledError:
+                    raise
+                except FatalError as exc:
+                    self.transactions.enter_fatal(exc)
+                except KafkaClientError as exc:
+                    logger.warning("producer sender: %s", exc)
+                    await asyncio.sleep(self.client.backoff_s(0))
+                except Exception as exc:  # a bug or an unexpected response
+                    self._on_sender_error(unexpected("producer sender", exc))
+                    await asyncio.sleep(self.client.backoff_s(3))
+        except asyncio.CancelledError:
+            pass
+
+    def _on_sender_error(self, error: KafkaClientError) -> None:
+        """The sender loop failed unexpectedly: fail the batches it held and those queued
+        (it would only meet the same failure again), so that their futures, callbacks and
+        ``flush`` learn of it instead of waiting forever. Batches in flight finish on
+        their own. The loop then goes on with the records sent after this."""
+        held, self._sender_batches = self._sender_batches, []
+        for batch in held:
+            self._in_flight.discard(batch.tp)
+        self._fail_unexpectedly(held + self.accumulator.remove_all(), error)
+        self._wakeup.set()
+
+    async def _sender_iteration(self) -> None:
+        now = mono_ms()
+        self._expire_batches(now)
+        if self.accumulator.has_queued() and self.transactions.fatal is None:
+            if (
+                self.transactions.idempotent
+                and self.transactions.transactional_id is None
+                and (self.transactions.producer_id < 0 or self.transactions.need_epoch_bump)
+            ):
+                await self.transactions.init_idempotent_producer_id()
+            if (
+                self.transactions.transactional_id is not None
+                and self.transactions.pending_partitions
+            ):
+                self.transactions.maybe_add_partitions()
+            muted = frozenset(self._in_flight | self.transactions.pending_partitions)
+            ready = self.accumulator.ready(now, muted)
+            if ready and (self.transactions.producer_id >= 0 or not self.transactions.idempotent):
+                await self._send_ready(ready)
+        delay = self.accumulator.next_ready_delay_ms(mono_ms())
+        self._wakeup.clear()
+        if delay is not None and delay <= 0 and not self._ready_sendable():
+            delay = None  # everything ready is muted; wait for a response
+        timeout = None if delay is None else max(delay, 1) / 1000
+        if self.accumulator.has_queued() and timeout is None:
+            timeout = 0.05
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._wakeup.wait()
+
+    def _ready_sendable(self) -> bool:
+        muted = frozenset(self._in_flight | self.transactions.pending_partitions)
+        return bool(self.accumulator.ready(mono_ms(), muted))
+
+    def _expire_batches(self, now: int) -> None:
+        timeout = self.config["delivery.timeout.ms"]
+        for batch in self.accumulator.pop_expired(now, timeout, self._in_flight):
+            age = now - batch.created_ms
+            exc = KafkaTimeoutError(
+                f"{batch.record_count} record(s) for {batch.tp} expired after {age} ms"
+            )
+            if batch.has_sequence:
+                self.transactions.on_unresolved_sequence(exc)
+            self._fail_batch(batch, exc)
+
+    async def _send_ready(self, ready: list[TopicPartition]) -> None:
+        by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+        for tp in ready:
+            leader = self.client.leader_for(tp.topic, tp.partition)
+            if leader < 0:
+                with contextlib.suppress(KafkaClientError):
+                    await self.client.refresh_metadata([tp.topic])
+                continue
+            by_leader[leader].append(tp)
+        for leader, tps in by_leader.items():
+            batches = self.accumulator.drain(tps, self.config["max.request.size"])
+            if not batches:
+                continue
+            self._sender_batches = batches
+            for batch in batches:
+                self._prepare_batch(batch)
+                self._in_flight.add(batch.tp)
+            task = asyncio.get_running_loop().create_task(self._produce(leader, batches))
+            self._sender_batches = []  # the produce task owns them now
+            self._request_tasks.add(task)
+            task.add_done_callback(self._request_tasks.discard)
+
+    def _prepare_batch(self, batch: ProducerBatch) -> None:
+        batch.attempts += 1
+        batch.last_attempt_ms = mono_ms()
+        if self.transactions.idempotent and (
+            not batch.has_sequence
+            or batch.producer_epoch != self.transactions.producer_epoch
+            or batch.producer_id != self.transactions.producer_id
+        ):
+            batch.producer_id = self.transactions.producer_id
+            batch.producer_epoch = self.transactions.producer_epoch
+            batch.base_sequence = self.transactions.sequences[batch.tp]
+            self.transactions.sequences[batch.tp] = (
+                batch.base_sequence + batch.record_count
+            ) & 0x7FFFFFFF
+            batch.transactional = self.transactions.transactional_id is not None
+
+    async def _produce(self, leader: int, batches: list[ProducerBatch]) -> None:
+        try:
+            await self._produce_batches(leader, batches)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or an unexpected response: fail the records, loudly
+            self._fail_unexpectedly(batches, unexpected(f"produce to node {leader}", exc))
+        finally:
+            for b in batches:
+                self._in_flight.discard(b.tp)
+            self._wakeup.set()
+
+    async def _produce_batches(self, leader: int, batches: list[ProducerBatch]) -> None:
+        encoded = {id(b): b.encode(self.compression) for b in batches}
+        by_topic: dict[str, list[ProducerBatch]] = defaultdict(list)
+        for b in batches:
+            by_topic[b.tp.topic].append(b)
+
+        def build(version: int) -> Any:
+            return request(
+                api.PRODUCE,
+                version,
+                transactional_id=self.transactions.transactional_id,
+                acks=self.acks,
+                timeout=self.config["request.timeout.ms"],
+                topic_data=tuple(
+                    nested(
+                        api.PRODUCE,
+                        version,
+                        "TopicProduceData",
+                        name=topic,
+                        partition_data=tuple(
+                            nested(
+                                api.PRODUCE,
+                                version,
+                                "PartitionProduceData",
+                                index=b.tp.partition,
+                                records=encoded[id(b)],
+                            )
+                            for b in items
+                        ),
+                    )
+                    for topic, items in by_topic.items()
+                ),
+            )
+
+        try:
+            conn = await self.client.connection(leader)
+            body = build(conn.version(api.PRODUCE))
+            response = await conn.send(body, expect_response=self.acks != 0)
+        except RetriableError as exc:
+            for b in batches:
+                self._retry_or_fail(b, exc)
+            with contextlib.suppress(KafkaClientError):
+                await self.client.refresh_metadata()
+            return
+        except KafkaClientError as exc:
+            for b in batches:
+                self._complete_failed(b, exc)
+            return
+        if response is None:  # acks=0
+            for b in batches:
+                self._complete_ok(b, -1, -1)
+            return
+        results: dict[TopicPartition, Any] = {}
+        for topic_resp in response.responses:
+            for part in topic_resp.partition_responses:
+                results[TopicPartition(topic_resp.name, int(part.index))] = part
+        refresh = False
+        for b in batches:
+            part = results.get(b.tp)
+            if part is None:
+                self._retry_or_fail(
+                    b,
+                    KafkaClientError(f"no response for {b.tp}", ErrorCode.unknown_server_error),
+                )
+                continue
+            code = ErrorCode(part.error_code)
+            if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
+                append_time = part.log_append_time
+                ts = -1 if append_time is None else int(append_time.timestamp() * 1000)
+                self._complete_ok(b, int(part.base_offset), ts)
+                continue
+            message = getattr(part, "error_message", None) or ""
+            err = error_for(code, f"produce to {b.tp}: {message}".rstrip(": "))
+            if isinstance(err, RetriableError):
+                refresh = refresh or code in (
+                    ErrorCode.not_leader_or_follower,
+                    ErrorCode.unknown_topic_or_partition,
+                    ErrorCode.leader_not_available,
+                )
+                self._retry_or_fail(b, err)
+            else:
+                self._complete_failed(b, err)
+        if refresh:
+            with contextlib.suppress(KafkaClientError):
+                await self.client.refresh_metadata()
+
+    def _retry_or_fail(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
+        age = mono_ms() - batch.created_ms
+        if (
+            age >= self.config["delivery.timeout.ms"]
+            or batch.attempts > self.config["retries"]
+            or self.closed
+        ):
+            if batch.has_sequence:
+                self.transactions.on_unresolved_sequence(exc)
+            self._fail_batch(
+                batch,
+                KafkaTimeoutError(f"{batch.tp}: giving up after {batch.attempts} attempts: {exc}")
+                if not isinstance(exc, KafkaTimeoutError)
+                else exc,
+            )
+            return
+        logger.debug("retrying batch for %s (attempt %d): %s", batch.tp, batch.attempts, exc)
+        self.accumulator.reenqueue(batch)
+
+    def _complete_ok(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        for i, delivery in enumerate(batch.handles):
+            offset = base_offset + i if base_offset >= 0 else -1
+            ts = log_append_time if log_append_time >= 0 else delivery.timestamp
+            meta = RecordMetadata(batch.tp.topic, batch.tp.partition, offset, ts)
+            if not delivery.future.done():
+                delivery.future.set_result(meta)
+            if delivery.callback is not None:
+                self._run_callback(delivery.callback, None, meta)
+
+    def _complete_failed(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
+        """A non-retriable error for this batch: classify, then fail its records."""
+        code = exc.code
+        if code in FENCING or isinstance(exc, FatalError):
+            fatal = exc if isinstance(exc, FatalError) else ProducerFencedError(str(exc), code)
+            self._fail_batch(batch, fatal)
+            self.transactions.enter_fatal(fatal)
+            return
+        if isinstance(exc, OutOfOrderSequenceError | UnknownProducerIdError):
+            self.transactions.on_unresolved_sequence(exc)
+        elif self.transactions.transactional_id is not None:
+            self.transactions.enter_abortable(exc)
+        self._fail_batch(batch, exc)
+
+    def _fail_unexpectedly(self, batches: list[ProducerBatch], error: KafkaClientError) -> None:
+        """Fail the records of ``batches`` not yet completed after an unexpected error; one
+        that was sent may or may not have been written, so its sequence is unresolved."""
+        for b in batches:
+            if all(d.future.done() for d in b.handles):
+                continue  # completed before the failure
+            if b.has_sequence:
+                self.transactions.on_unresolved_sequence(error)
+            elif self.transactions.transactional_id is not None:
+                self.transactions.enter_abortable(error)  # the transaction has lost records
+            self._fail_batch(b, error)
+
+    def _fail_batch(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
+        self.transactions.on_failure(exc)
+        for delivery in batch.handles:
+            if not delivery.future.done():
+                delivery.future.set_exception(exc)
+                delivery.future.exception()  # mark retrieved: the caller may not look
+            if delivery.callback is not None:
+                self._run_callback(delivery.callback, exc, None)
+
+    @staticmethod
+    def _run_callback(
+        callback: DeliveryCallback, exc: KafkaClientError | None, meta: RecordMetadata | None
+    ) -> None:
+        try:
+            callback(exc, meta)
+        except Exception:
+            logger.exception("on_delivery callback raised")

@@ -1,0 +1,290 @@
+"""The transaction state manager: the cache of TransactionMetadata and the transaction log.
+
+It owns everything the coordinator keeps about transactional ids (Kafka's
+TransactionStateManager): the cache, the placement of an id on a ``__transaction_state``
+partition, the log appends (prepare -> durable append -> complete: a transition prepared by
+``metadata.py`` is applied only once the store has it; a failed append cancels it and is
+translated, in one place, into the error a transactional client understands), loading the
+cache from the log after a restart, the list of transactions for ListTransactions, and the
+two sweeps' halves that concern the cache: which transactions have timed out, and forgetting
+idle transactional ids (tombstones first, then the cache).
+
+Synchronous and sans-IO apart from the store it is given (``run_sweeps`` only awaits the
+injected ``sleep``); the clock is injected.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+
+from oncelog.clock import Clock
+from oncelog.config import BrokerConfig
+from oncelog.coordinator.group.codec import java_string_hash, kafka_abs
+from oncelog.coordinator.transaction.log_codec import (
+    decode_key,
+    decode_value,
+    encode_record,
+    tombstone,
+)
+from oncelog.coordinator.transaction.metadata import TransactionMetadata, TxnTransitMetadata
+from oncelog.coordinator.transaction.results import ListedTransaction, ListTransactionsResult
+from oncelog.coordinator.transaction.state import TransactionState, parse_state
+from oncelog.coordinator.transaction.store import TxnLogStore
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.faults import crash_point
+from oncelog.internal_topics import TRANSACTION_STATE_TOPIC
+
+logger = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+_S = TransactionState
+
+
+def transaction_log_partition(transactional_id: str, num_partitions: int) -> int:
+    """Kafka's ``Utils.abs(transactionalId.hashCode) % partitions``."""
+    return kafka_abs(java_string_hash(transactional_id)) % num_partitions
+
+
+def _append_error(code: ErrorCode) -> ErrorCode:
+    """A failed transaction-log append as the error a transactional client understands
+    (Kafka's TransactionStateManager does the same translation)."""
+    if code in (
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.not_enough_replicas_after_append,
+        ErrorCode.request_timed_out,
+    ):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
+        return ErrorCode.unknown_server_error
+    return code
+
+
+class TransactionStateManager:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: TxnLogStore,
+        clock: Clock,
+        *,
+        coordinator_epoch: int = 0,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._clock = clock
+        # The epoch this coordinator writes markers with (in a cluster, the leader epoch of
+        # the __transaction_state partition).
+        self.coordinator_epoch = coordinator_epoch
+        self._cache: dict[str, TransactionMetadata] = {}
+        self._loaded = False
+        self.expired = 0  # transactional ids forgotten since start
+
+    # ------------------------------------------------------------------- the cache
+
+    def partition_for(self, transactional_id: str) -> int:
+        """The ``__transaction_state`` partition holding ``transactional_id``."""
+        return transaction_log_partition(transactional_id, self._store.num_partitions)
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def get(self, transactional_id: str) -> TransactionMetadata | None:
+        return self._cache.get(transactional_id)
+
+    def put(self, md: TransactionMetadata) -> None:
+        """Cache a new transactional id (it reaches the log with its first transition)."""
+        self._cache[md.transactional_id] = md
+
+    def items(self) -> Iterator[tuple[str, TransactionMetadata]]:
+        """A snapshot of the cache, safe to iterate while transitions change it."""
+        return iter(list(self._cache.items()))
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    # ------------------------------------------------------------------ the log
+
+    def _append(self, transactional_id: str, transit: TxnTransitMetadata) -> ErrorCode:
+        key, value = encode_record(transactional_id, transit)
+        try:
+            self._store.append(self.partition_for(transactional_id), [(key, value)])
+        except KafkaError as exc:
+            code = _append_error(exc.code)
+            logger.warning(
+                "transaction log append for %r (%s) failed: %s; answering %s",
+                transactional_id, transit.state.wire_name, exc, code.name,
+            )
+            return code
+        except OSError as exc:
+            logger.error("transaction log append for %r failed: %s", transactional_id, exc)
+            return ErrorCode.not_coordinator
+        crash_point(f"txn.logged.{transit.state.wire_name}")
+        return ErrorCode.none
+
+    def apply(self, md: TransactionMetadata, transit: TxnTransitMetadata) -> ErrorCode:
+        """Append the prepared transition; apply it only if the append succeeded."""
+        code = self._append(md.transactional_id, transit)
+        if code is ErrorCode.none:
+            md.complete_transition(transit)
+        else:
+            md.cancel_transition()
+        return code
+
+    def load(self, on_prepared: Callable[[str], None]) -> int:
+        """Rebuild the cache from ``__transaction_state`` (last record per id wins, a
+        tombstone removes it). ``on_prepared`` is called for every transaction found in
+        PrepareCommit/PrepareAbort, whose markers must be written again."""
+        cache: dict[str, TransactionMetadata] = {}
+        for partition in range(self._store.num_partitions):
+            for key, value in self._store.read(partition):
+                transactional_id = decode_key(key)
+                if transactional_id is None:
+                    logger.warning("skipping a __transaction_state key of unknown version")
+                    continue
+                transit = decode_value(value)
+                if transit is None:
+                    cache.pop(transactional_id, None)
+                else:
+                    cache[transactional_id] = TransactionMetadata.from_transit(
+                        transactional_id, transit
+                    )
+        self._cache = cache
+        self._loaded = True
+        resumed = 0
+        for transactional_id, md in cache.items():
+            if md.state.is_prepared:
+                resumed += 1
+                logger.info(
+                    "loaded %r in %s: resuming its markers to %d partitions",
+                    transactional_id, md.state.wire_name, len(md.partitions),
+                )
+                on_prepared(transactional_id)
+        logger.info(
+            "loaded %d transactional ids from %s (%d partitions), %d to complete",
+            len(cache), TRANSACTION_STATE_TOPIC, self._store.num_partitions, resumed,
+        )
+        return len(cache)
+
+    # -------------------------------------------------------------------- sweeps
+
+    def timed_out_transactions(self, now: int) -> list[TransactionMetadata]:
+        """Ongoing transactions older than their timeout, with no transition open.
+        Two-phase-commit transactions never time out."""
+        return [
+            md
+            for _, md in self.items()
+            if not md.pending_transition
+            and md.state is _S.ONGOING
+            and not md.two_phase_commit
+            and md.txn_start_timestamp + md.txn_timeout_ms < now
+        ]
+
+    def remove_expired_transactional_ids(self) -> int:
+        """Forget transactional ids idle for ``transactional.id.expiration.ms`` with no open
+        transaction: a tombstone per id, then removal from the cache."""
+        now = self._clock.now_ms()
+        expiration_ms = int(self._config["transactional.id.expiration.ms"])
+        by_partition: dict[int, list[TransactionMetadata]] = defaultdict(list)
+        for transactional_id, md in self._cache.items():
+            if (
+                md.pending_state is None
+                and md.state.expiration_allowed
+                and md.txn_last_update_timestamp <= now - expiration_ms
+            ):
+                md.prepare_dead()
+                by_partition[self.partition_for(transactional_id)].append(md)
+        removed = 0
+        for partition, mds in by_partition.items():
+            try:
+                self._store.append(partition, [tombstone(md.transactional_id) for md in mds])
+                ok = True
+            except (KafkaError, OSError) as exc:
+                logger.warning("tombstones for %d expired ids failed: %s", len(mds), exc)
+                ok = False
+            for md in mds:
+                if ok and self._cache.get(md.transactional_id) is md:
+                    del self._cache[md.transactional_id]
+                    removed += 1
+                    logger.info(
+                        "expired transactional id %r (producer id %d)",
+                        md.transactional_id, md.producer_id,
+                    )
+                else:
+                    md.cancel_transition()
+        self.expired += removed
+        return removed
+
+    async def run_sweeps(self, abort_timed_out: Callable[[], object], sleep: Sleep) -> None:
+        """Run the two sweeps until cancelled, in one loop so they never overlap: the
+        coordinator's ``abort_timed_out`` (it needs the marker channel) every
+        ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, and
+        ``remove_expired_transactional_ids`` every
+        ``transaction.remove.expired.transaction.cleanup.interval.ms``."""
+        abort_every = int(
+            self._config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+        )
+        expire_every = int(
+            self._config["transaction.remove.expired.transaction.cleanup.interval.ms"]
+        )
+        start = self._clock.monotonic_ms()
+        next_abort, next_expire = start + abort_every, start + expire_every
+        while True:
+            now = self._clock.monotonic_ms()
+            wait_ms = min(next_abort, next_expire) - now
+            if wait_ms > 0:
+                await sleep(wait_ms / 1000)
+                continue
+            if now >= next_abort:
+                abort_timed_out()
+                next_abort = self._clock.monotonic_ms() + abort_every
+            if now >= next_expire:
+                self.remove_expired_transactional_ids()
+                next_expire = self._clock.monotonic_ms() + expire_every
+
+    # ------------------------------------------------------------ admin views
+
+    def list_transactions(
+        self,
+        state_filters: Sequence[str] = (),
+        producer_id_filters: Sequence[int] = (),
+        duration_filter_ms: int = -1,
+        transactional_id_pattern: str | None = None,
+    ) -> ListTransactionsResult:
+        """The cached transactions matching every filter (Kafka's listTransactionStates)."""
+        if not self._loaded:
+            return ListTransactionsResult(ErrorCode.coordinator_load_in_progress)
+        states: set[TransactionState] = set()
+        unknown: list[str] = []
+        for name in state_filters:
+            state = parse_state(name)
+            if state is None:
+                unknown.append(name)
+            else:
+                states.add(state)
+        pattern = None
+        if transactional_id_pattern:
+            try:
+                pattern = re.compile(transactional_id_pattern)
+            except re.error:
+                return ListTransactionsResult(ErrorCode.invalid_regular_expression)
+        now = self._clock.now_ms()
+        pids = set(producer_id_filters)
+        listed = []
+        for transactional_id, md in sorted(self._cache.items()):
+            if state_filters and md.state not in states:
+                continue
+            if pids and md.producer_id not in pids:
+                continue
+            if duration_filter_ms >= 0 and now - md.txn_start_timestamp <= duration_filter_ms:
+                continue
+            if pattern is not None and not pattern.fullmatch(transactional_id):
+                continue
+            listed.append(ListedTransaction(transactional_id, md.producer_id, md.state))
+        return ListTransactionsResult(ErrorCode.none, tuple(unknown), tuple(listed))

@@ -1,0 +1,182 @@
+"""The producer's roles without a broker: the sender's per-batch sequences and failures, the
+transaction manager's bookkeeping, and the sans-IO transaction request helpers."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from oncelog.client.aio.producer import AIOProducer
+from oncelog.client.aio.sender import Delivery
+from oncelog.client.errors import (
+    AbortableError,
+    KafkaClientError,
+    KafkaTimeoutError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+)
+from oncelog.client.txn_requests import check_add_partitions, txn_error, txn_offset_commit_error
+from oncelog.client.txn_state import TxnEvent, TxnState
+from oncelog.client.types import RecordMetadata, TopicPartition
+from oncelog.errors import ErrorCode
+from oncelog.records.codec import RecordInput
+
+TP0 = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+
+
+def producer(**extra: Any) -> AIOProducer:
+    return AIOProducer({"bootstrap.servers": "127.0.0.1:1", **extra})
+
+
+def queue_record(p: AIOProducer, tp: TopicPartition) -> asyncio.Future[RecordMetadata]:
+    future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+    p.transactions.on_append(tp)
+    p.accumulator.append(tp, RecordInput(value=b"v", timestamp=1), Delivery(future, None, 1), 0)
+    p.sender.add_pending(future)
+    return future
+
+
+def test_sender_numbers_batches_per_partition_and_renumbers_after_an_epoch_bump() -> None:
+    async def scenario() -> None:
+        p = producer()
+        p.transactions.producer_id, p.transactions.producer_epoch = 7, 0
+        for tp in (TP0, TP0, TP1):
+            queue_record(p, tp)
+        (b0,) = p.accumulator.drain([TP0], 1 << 20)
+        (b1,) = p.accumulator.drain([TP1], 1 << 20)
+        p.sender._prepare_batch(b0)
+        p.sender._prepare_batch(b1)
+        assert (b0.producer_id, b0.producer_epoch, b0.base_sequence) == (7, 0, 0)
+        assert b1.base_sequence == 0 and p.transactions.sequences[TP0] == 2
+        p.sender._prepare_batch(b0)  # a retry keeps its sequence
+        assert b0.base_sequence == 0 and p.transactions.sequences[TP0] == 2
+        p.transactions._set_producer_id(7, 1)  # epoch bumped: sequences restart
+        p.sender._prepare_batch(b0)
+        assert (b0.producer_epoch, b0.base_sequence) == (1, 0)
+        assert b0.attempts == 3
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_out_of_retries_fails_its_records_and_asks_for_an_epoch_bump() -> None:
+    async def scenario() -> None:
+        p = producer(retries=0)
+        p.transactions.producer_id, p.transactions.producer_epoch = 7, 0
+        future = queue_record(p, TP0)
+        (batch,) = p.accumulator.drain([TP0], 1 << 20)
+        p.sender._prepare_batch(batch)
+        p.sender._retry_or_fail(batch, KafkaClientError("lost", ErrorCode.network_exception))
+        with pytest.raises(KafkaTimeoutError, match="giving up after 1 attempts"):
+            future.result()
+        assert p.transactions.need_epoch_bump
+        assert not p.accumulator.has_queued()
+
+    asyncio.run(scenario())
+
+
+def test_out_of_order_sequence_fails_the_batch_and_a_fencing_error_is_fatal() -> None:
+    async def scenario() -> None:
+        p = producer()
+        p.transactions.producer_id, p.transactions.producer_epoch = 7, 0
+        first, second = queue_record(p, TP0), queue_record(p, TP1)
+        (b0,) = p.accumulator.drain([TP0], 1 << 20)
+        (b1,) = p.accumulator.drain([TP1], 1 << 20)
+        p.sender._complete_failed(b0, OutOfOrderSequenceError("oos", ErrorCode(45)))
+        assert isinstance(first.exception(), OutOfOrderSequenceError)
+        assert p.transactions.need_epoch_bump and p.transactions.fatal is None
+        queued = queue_record(p, TP0)
+        p.sender._complete_failed(b1, KafkaClientError("fenced", ErrorCode.producer_fenced))
+        assert isinstance(second.exception(), ProducerFencedError)
+        assert p.transactions.fatal is second.exception()
+        assert queued.exception() is p.transactions.fatal  # queued records fail with it
+        with pytest.raises(ProducerFencedError):
+            await p.send("t", b"x")
+
+    asyncio.run(scenario())
+
+
+def ready_transactional() -> AIOProducer:
+    p = producer(**{"transactional.id": "tx"})
+    p.transactions.txn.fire(TxnEvent.INIT)
+    p.transactions.txn.fire(TxnEvent.INIT_DONE)
+    p.transactions.producer_id, p.transactions.producer_epoch = 3, 0
+    return p
+
+
+def test_committing_a_transaction_that_sent_nothing_sends_no_end_txn() -> None:
+    calls: list[str] = []
+
+    async def coordinator_call(api_key: int, build: Any, what: str, check: Any) -> Any:
+        calls.append(what)
+        return SimpleNamespace(error_code=0)
+
+    async def scenario() -> None:
+        p = ready_transactional()
+        p.transactions._txn_coordinator_call = coordinator_call  # type: ignore[method-assign]
+        await p.begin_transaction()
+        await p.commit_transaction()
+        assert p.txn.state is TxnState.READY
+        assert calls == []
+        await p.begin_transaction()
+        p.transactions._txn_partitions.add(TP0)
+        await p.abort_transaction()
+        assert calls == ["EndTxn(abort)"] and p.txn.state is TxnState.READY
+
+    asyncio.run(scenario())
+
+
+def test_add_partitions_failure_makes_the_transaction_abortable_and_fails_queued_records() -> None:
+    async def coordinator_call(api_key: int, build: Any, what: str, check: Any) -> Any:
+        raise AbortableError("AddPartitionsToTxn refused", ErrorCode.unknown_server_error)
+
+    async def scenario() -> None:
+        p = ready_transactional()
+        p.transactions._txn_coordinator_call = coordinator_call  # type: ignore[method-assign]
+        await p.begin_transaction()
+        future = queue_record(p, TP0)
+        assert p.transactions.pending_partitions == {TP0}
+        await p.transactions._add_partitions()
+        assert p.txn.state is TxnState.ABORTABLE_ERROR
+        assert p.transactions.pending_partitions == set()
+        assert isinstance(future.exception(), AbortableError)
+        with pytest.raises(AbortableError):
+            await p.commit_transaction()
+
+    asyncio.run(scenario())
+
+
+def response(topic: str, results: dict[int, ErrorCode]) -> SimpleNamespace:
+    parts = [
+        SimpleNamespace(partition_index=p, partition_error_code=int(c)) for p, c in results.items()
+    ]
+    return SimpleNamespace(
+        results_by_topic_v3_and_below=[SimpleNamespace(name=topic, results_by_partition=parts)]
+    )
+
+
+def test_add_partitions_response_raises_the_fatal_error_before_the_others() -> None:
+    check_add_partitions(response("t", {0: ErrorCode.none}))
+    with pytest.raises(ProducerFencedError):
+        check_add_partitions(
+            response(
+                "t",
+                {
+                    0: ErrorCode.operation_not_attempted,
+                    1: ErrorCode.concurrent_transactions,
+                    2: ErrorCode.producer_fenced,
+                },
+            )
+        )
+
+
+def test_txn_offset_commit_rebalance_is_abortable_and_errors_are_classified() -> None:
+    part = SimpleNamespace(partition_index=0, error_code=int(ErrorCode.illegal_generation))
+    resp = SimpleNamespace(topics=[SimpleNamespace(name="t", partitions=[part])])
+    error = txn_offset_commit_error(resp, "g")
+    assert isinstance(error, AbortableError) and "rebalanced" in str(error)
+    assert isinstance(txn_error(ErrorCode.invalid_producer_epoch, "x"), ProducerFencedError)
+    assert isinstance(txn_error(ErrorCode.unknown_server_error, "x"), AbortableError)
