@@ -34,6 +34,11 @@ checkpoint's ``metadata`` file on a local file system (or ``oncelog.query.id``).
 Batch (``df.write``): one transaction per task, committed by the task; a task retry fences
 and aborts the failed attempt. A failed job can leave the committed output of its tasks
 that succeeded, as Spark's Kafka sink does.
+
+This module owns the protocol above: Spark's writer callbacks (``write`` on executors,
+``commit`` / ``abort`` on the driver) and the decisions in them. The pieces they use — the
+commit message, row sending, a query's transactional clients and progress reads — are in
+``sink.py``.
 """
 
 from __future__ import annotations
@@ -42,10 +47,7 @@ import logging
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -54,24 +56,19 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from oncelog.client import (
-    Admin,
-    Consumer,
-    OffsetAndMetadata,
-    PreparedTxnState,
-    Producer,
-    TopicPartition,
-)
+from oncelog.client import OffsetAndMetadata, PreparedTxnState, Producer, TopicPartition
 from oncelog.client.errors import KafkaClientError
 from oncelog.spark.faults import crash_point, fail_point
 from oncelog.spark.options import DELIVERY_EXACTLY_ONCE, OptionError, SinkOptions
-from oncelog.spark.progress import (
-    PROGRESS_TOPIC,
-    Progress,
-    progress_group,
-    query_id_from_metadata,
-    transactional_id,
-    txn_id_partition,
+from oncelog.spark.progress import PROGRESS_TOPIC, Progress, progress_group
+from oncelog.spark.sink import (
+    RowSender,
+    SinkCommitError,
+    SinkCommitMessage,
+    TxnClients,
+    arrow_rows,
+    check_sink_schema,
+    query_id_of_checkpoint,
 )
 
 log = logging.getLogger(__name__)
@@ -88,101 +85,6 @@ __all__ = [
 _COMPLETE_THREADS = 8
 
 
-class SinkCommitError(RuntimeError):
-    """A prepared transaction could not be committed; the micro-batch must run again."""
-
-
-@dataclass(frozen=True)
-class SinkCommitMessage(WriterCommitMessage):
-    """What a task tells the driver. ``state`` is the prepared transaction's
-    ``PreparedTxnState`` text, empty when there is nothing to complete (no rows, at-least-once,
-    or ``skipped`` because the progress shows this batch committed)."""
-
-    partition: int
-    batch_id: int
-    transactional_id: str | None
-    state: str
-    records: int
-    skipped: bool = False
-
-
-def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
-    """The columns Spark's Kafka sink takes: value (required), key, topic, partition,
-    headers; a topic column or the ``topic`` option."""
-    names = {f.name.lower(): f for f in schema.fields}
-    if "value" not in names:
-        raise OptionError("the sink needs a 'value' column (string or binary)")
-    for name in ("key", "value"):
-        if name in names and names[name].dataType.typeName() not in ("string", "binary"):
-            raise OptionError(
-                f"column {name!r} must be string or binary, "
-                f"not {names[name].dataType.simpleString()}"
-            )
-    if "topic" not in names and not options.topic:
-        raise OptionError("the sink needs the 'topic' option or a 'topic' column")
-    if "partition" in names and names["partition"].dataType.typeName() not in (
-        "integer",
-        "long",
-        "short",
-        "byte",
-    ):
-        raise OptionError("column 'partition' must be an integer")
-
-
-def query_id_of_checkpoint(location: str) -> str:
-    """The query id kept in ``<checkpoint>/metadata`` (a local path or file: URI)."""
-    parsed = urlparse(location)
-    if parsed.scheme not in ("", "file"):
-        raise OptionError(
-            f"cannot read the query id from checkpoint {location!r} (not a local file "
-            "system); set the option oncelog.query.id to a stable id for this query"
-        )
-    path = Path(parsed.path if parsed.scheme else location) / "metadata"
-    return query_id_from_metadata(path.read_text(encoding="utf-8"))
-
-
-def _rows(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
-    """Rows of Arrow record batches as dicts with lower-case column names."""
-    for batch in batches:
-        names = [n.lower() for n in batch.schema.names]
-        columns = [column.to_pylist() for column in batch.columns]
-        for i in range(batch.num_rows):
-            yield {name: column[i] for name, column in zip(names, columns, strict=True)}
-
-
-class _Sender:
-    """Sends rows as Spark's Kafka sink does; remembers the first delivery error."""
-
-    def __init__(self, producer: Producer, topic: str | None) -> None:
-        self.producer = producer
-        self.topic = topic
-        self.count = 0
-        self.error: KafkaClientError | None = None
-
-    def _on_delivery(self, error: KafkaClientError | None, _: Any) -> None:
-        if error is not None and self.error is None:
-            self.error = error
-
-    def send(self, row: dict[str, Any]) -> None:
-        topic = self.topic or row.get("topic")
-        if not topic:
-            raise ValueError("a row has no topic (set the 'topic' option or column)")
-        headers = row.get("headers")
-        self.producer.send(
-            topic,
-            row.get("value"),
-            key=row.get("key"),
-            partition=row.get("partition"),
-            headers=[(h["key"], h["value"]) for h in headers] if headers else None,
-            on_delivery=self._on_delivery,
-        )
-        self.count += 1
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-
 def _task_context() -> tuple[int, int, int | None, str | None]:
     """(partition id, attempt number, micro-batch id, query id) of the running task."""
     from pyspark import TaskContext
@@ -197,61 +99,6 @@ def _task_context() -> tuple[int, int, int | None, str | None]:
         int(batch) if batch is not None else None,
         ctx.getLocalProperty("sql.streaming.queryId"),
     )
-
-
-class _TxnClients:
-    """Producers and progress reads of one query's transactional ids."""
-
-    def __init__(self, options: SinkOptions, query_id: str) -> None:
-        self.options = options
-        self.query_id = query_id
-
-    def txn_id(self, partition: int) -> str:
-        return transactional_id(self.options.txn_id_prefix, self.query_id, partition)
-
-    def producer(self, txn_id: str) -> Producer:
-        config: dict[str, Any] = dict(self.options.kafka)
-        config["transactional.id"] = txn_id
-        config["transaction.two.phase.commit.enable"] = True
-        return Producer(config)
-
-    def progress(self, partition: int) -> Progress | None:
-        """The partition's committed progress (waits while its own transaction is open)."""
-        config: dict[str, Any] = {
-            **self.options.kafka,
-            "group.id": progress_group(self.options.txn_id_prefix, self.query_id),
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-        key = TopicPartition(PROGRESS_TOPIC, partition)
-        with Consumer(config) as consumer:
-            committed = consumer.committed([key]).get(key)
-        if committed is None:
-            return None
-        return Progress.parse(
-            committed.offset, committed.metadata, query_id=self.query_id, partition=partition
-        )
-
-    def abort_open(self, txn_id: str) -> None:
-        """InitProducerId without keep_prepared_txn: fences the id and aborts its open
-        (even prepared) transaction."""
-        producer = self.producer(txn_id)
-        try:
-            producer.init_transactions()
-        finally:
-            producer.close()
-
-    def open_transactions(self) -> list[str]:
-        """This query's transactional ids whose transaction is open."""
-        with Admin(dict(self.options.kafka)) as admin:
-            listed = admin.list_transactions()
-        return sorted(
-            t.transactional_id
-            for t in listed
-            if t.state == "Ongoing"
-            and txn_id_partition(self.options.txn_id_prefix, self.query_id, t.transactional_id)
-            is not None
-        )
 
 
 class OncelogStreamWriter(DataSourceStreamArrowWriter):
@@ -277,9 +124,9 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
             )
         return query_id_of_checkpoint(self.options.checkpoint_location)
 
-    def _clients(self) -> _TxnClients:
+    def _clients(self) -> TxnClients:
         assert self.query_id is not None
-        return _TxnClients(self.options, self.query_id)
+        return TxnClients(self.options, self.query_id)
 
     # ------------------------------------------------------------------ driver: planning
 
@@ -309,7 +156,7 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
             raise RuntimeError(
                 f"the task runs query {task_query_id}, the checkpoint says {self.query_id}"
             )
-        rows = _rows(iterator)
+        rows = arrow_rows(iterator)
         first = next(rows, None)
         if first is None:
             return SinkCommitMessage(partition, batch_id, None, "", 0)
@@ -328,7 +175,7 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
                 )
                 return SinkCommitMessage(partition, batch_id, txn_id, "", 0, skipped=True)
             producer.begin_transaction()
-            sender = _Sender(producer, self.options.topic)
+            sender = RowSender(producer, self.options.topic)
             sender.send(first)
             if _faults_wanted():
                 producer.flush(30)
@@ -361,8 +208,8 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
     ) -> SinkCommitMessage:
         producer = Producer(dict(self.options.kafka))
         try:
-            sender = _Sender(producer, self.options.topic)
-            for row in _rows(iterator):
+            sender = RowSender(producer, self.options.topic)
+            for row in arrow_rows(iterator):
                 sender.send(row)
             if producer.flush(120):
                 raise RuntimeError("records not acknowledged within 120 s")
@@ -469,11 +316,11 @@ class OncelogBatchWriter(DataSourceArrowWriter):
             config["transactional.id"] = txn_id
         producer = Producer(config)
         try:
-            sender = _Sender(producer, self.options.topic)
+            sender = RowSender(producer, self.options.topic)
             if txn_id is not None:
                 producer.init_transactions()
                 producer.begin_transaction()
-            for row in _rows(iterator):
+            for row in arrow_rows(iterator):
                 sender.send(row)
             if txn_id is not None:
                 producer.commit_transaction()

@@ -142,10 +142,15 @@ class UnifiedLog:
         return unified
 
     def _rebuild_from(self, start: int) -> int:
-        """Replay the log from ``start`` (not below the log start) into the producer state
+        """Replay the log from ``start`` (the log start if below it) into the producer state
         and the aborted index, whose entries from there on are dropped first; the number of
         batches replayed."""
-        start = max(start, self.log.log_start_offset)
+        if start < self.log.log_start_offset:
+            # The log between the snapshot and the log start is not readable: the snapshot
+            # cannot be brought up to date (a marker there would be missed), so the state is
+            # rebuilt from the log start alone.
+            self.producer_state.clear()
+            start = self.log.log_start_offset
         self.log.truncate_txn_indexes_from(start)
         replayed = self._apply(self.log.batch_headers(start), start)
         self._update_first_unstable()
@@ -156,6 +161,11 @@ class UnifiedLog:
         count = 0
         for header in headers:
             if header.last_offset < start or header.producer_id < 0:
+                continue
+            if header.next_offset > self.log.log_end_offset:  # a damaged trusted header
+                logger.error("%s: batch header at offset %d claims offsets past the log end "
+                             "%d; skipped", self.log.directory, header.base_offset,
+                             self.log.log_end_offset)
                 continue
             count += 1
             if header.is_control:
@@ -171,8 +181,10 @@ class UnifiedLog:
         return count
 
     def _read_marker(self, header: BatchHeader) -> tuple[ControlType | None, int]:
-        result = self.log.read(header.base_offset, header.size, max_offset=header.next_offset)
         try:
+            result = self.log.read(
+                header.base_offset, header.size, max_offset=header.next_offset
+            )
             _, records = decode_batch(result.data)
         except KafkaError as exc:  # a trusted segment damaged on disk: never stop the open
             logger.error("%s: control batch at offset %d is unreadable (%s); skipped",

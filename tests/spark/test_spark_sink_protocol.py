@@ -15,6 +15,7 @@ from oncelog.client import Admin
 from oncelog.spark import writer as writer_mod
 from oncelog.spark.options import SinkOptions
 from oncelog.spark.progress import transactional_id
+from oncelog.spark.sink import TxnClients
 from oncelog.spark.writer import OncelogStreamWriter, SinkCommitError, SinkCommitMessage
 from tests.support.broker import BrokerProcess
 from tests.support.names import unique_topic
@@ -175,7 +176,7 @@ def test_a_task_does_not_wait_for_another_partitions_in_doubt_transaction(sink: 
 
 
 def test_progress_is_invisible_until_commit(sink: Sink) -> None:
-    clients = writer_mod._TxnClients(sink.options, sink.query_id)
+    clients = TxnClients(sink.options, sink.query_id)
     message = sink.task(0, 5, ["a"])
     # Partition 0's own transaction is in doubt: its progress read waits, so do it after.
     sink.writer().abort([message], 5)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from oncelog.coordinator.binary import BinaryReader
 from oncelog.errors import ErrorCode, KafkaError
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -204,61 +205,14 @@ def encode_group_value(value: GroupMetadataValue) -> bytes:
 # Readers
 
 
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptRecord(f"truncated record: need {n} bytes at {self.pos}")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def int16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def int32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def int64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def nullable_string(self) -> str | None:
-        length = self.int16()
-        if length == -1:
-            return None
-        if length < 0:
-            raise CorruptRecord(f"negative string length {length}")
-        try:
-            return self._take(length).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptRecord(f"string is not UTF-8: {exc}") from None
-
-    def string(self) -> str:
-        value = self.nullable_string()
-        if value is None:
-            raise CorruptRecord("null where a string is required")
-        return value
-
-    def bytes_(self) -> bytes:
-        length = self.int32()
-        if length == -1:
-            return b""
-        return bytes(self._take(length))
-
-    def finish(self) -> None:
-        if self.pos != len(self.data):
-            raise CorruptRecord(f"{len(self.data) - self.pos} trailing bytes in record")
+def _reader(data: bytes) -> BinaryReader:
+    return BinaryReader(data, CorruptRecord)
 
 
 def decode_key(data: bytes) -> RecordKey | None:
     """The key of an offsets-topic record; None for key versions this coordinator does not
     own (Kafka's newer consumer-group and share-group records), which loading skips."""
-    r = _Reader(data)
+    r = _reader(data)
     version = r.int16()
     if version in (0, 1):
         key: RecordKey = OffsetCommitKey(r.string(), r.string(), r.int32())
@@ -271,7 +225,7 @@ def decode_key(data: bytes) -> RecordKey | None:
 
 
 def decode_offset_value(data: bytes) -> OffsetCommitValue:
-    r = _Reader(data)
+    r = _reader(data)
     version = r.int16()
     if version == 3:
         offset = r.int64()
@@ -291,7 +245,7 @@ def decode_offset_value(data: bytes) -> OffsetCommitValue:
 
 
 def decode_group_value(data: bytes) -> GroupMetadataValue:
-    r = _Reader(data)
+    r = _reader(data)
     version = r.int16()
     if not 0 <= version <= 3:
         raise CorruptRecord(f"unknown GroupMetadataValue version {version}")

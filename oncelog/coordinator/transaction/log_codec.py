@@ -27,6 +27,7 @@ from __future__ import annotations
 import struct
 from collections import defaultdict
 
+from oncelog.coordinator.binary import BinaryReader
 from oncelog.coordinator.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -35,7 +36,7 @@ from oncelog.coordinator.transaction.metadata import (
 )
 from oncelog.coordinator.transaction.state import TransactionState, state_from_id
 from oncelog.errors import ErrorCode, KafkaError
-from oncelog.records.codec import decode_uvarint, encode_uvarint
+from oncelog.records.codec import encode_uvarint
 
 KEY_VERSION = 0
 VALUE_VERSION = 1
@@ -130,48 +131,6 @@ def encode_value(t: TxnTransitMetadata) -> bytes:
     return bytes(out)
 
 
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes, pos: int) -> None:
-        self.data = data
-        self.pos = pos
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise _corrupt("truncated value")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def unpack(self, s: struct.Struct) -> int:
-        (value,) = s.unpack(self.take(s.size))
-        return int(value)
-
-    def uvarint(self) -> int:
-        try:
-            value, self.pos = decode_uvarint(self.data, self.pos)
-        except (KafkaError, IndexError, ValueError):
-            raise _corrupt("bad varint") from None
-        return value
-
-    def string(self, flexible: bool) -> str:
-        length = self.uvarint() - 1 if flexible else self.unpack(_I16)
-        if length < 0:
-            raise _corrupt("null topic name")
-        try:
-            return self.take(length).decode()
-        except UnicodeDecodeError:
-            raise _corrupt("topic is not UTF-8") from None
-
-    def skip_tags(self) -> dict[int, bytes]:
-        tags: dict[int, bytes] = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            tags[tag] = self.take(self.uvarint())
-        return tags
-
-
 def _tag_int(tags: dict[int, bytes], tag: int, s: struct.Struct, default: int) -> int:
     raw = tags.get(tag)
     if raw is None:
@@ -186,28 +145,28 @@ def decode_value(data: bytes | None) -> TxnTransitMetadata | None:
     """The state in a value record; None for a tombstone. CORRUPT_MESSAGE if malformed."""
     if data is None:
         return None
-    r = _Reader(data, 0)
-    version = r.unpack(_I16)
+    r = BinaryReader(data, _corrupt)
+    version = r.int16()
     if not 0 <= version <= _MAX_VALUE_VERSION:
         raise _corrupt(f"unknown value version {version}")
     flexible = version >= 1
-    producer_id, epoch, timeout_ms, state_id = _HEAD.unpack(r.take(_HEAD.size))
+    producer_id, epoch, timeout_ms, state_id = r.unpack(_HEAD)
     try:
         state = state_from_id(state_id)
     except ValueError as exc:
         raise _corrupt(str(exc)) from None
-    count = r.uvarint() - 1 if flexible else r.unpack(_I32)
+    count = r.array_length(flexible)
     partitions: set[TopicPartition] = set()
     for _ in range(max(count, 0)):
         topic = r.string(flexible)
-        n = r.uvarint() - 1 if flexible else r.unpack(_I32)
+        n = r.array_length(flexible)
         for _ in range(max(n, 0)):
-            partitions.add((topic, r.unpack(_I32)))
+            partitions.add((topic, r.int32()))
         if flexible:
-            r.skip_tags()
-    last_update = r.unpack(_I64)
-    start = r.unpack(_I64)
-    tags = r.skip_tags() if flexible else {}
+            r.tagged_fields()
+    last_update = r.int64()
+    start = r.int64()
+    tags = r.tagged_fields() if flexible else {}
     if state is TransactionState.EMPTY:
         partitions.clear()  # Kafka ignores whatever an Empty record lists
     try:

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.codec import java_string_hash, kafka_abs
+from oncelog.coordinator.store_errors import StoreWrite, translate_store_error
 from oncelog.coordinator.transaction.log_codec import (
     decode_key,
     decode_value,
@@ -47,23 +48,6 @@ _S = TransactionState
 def transaction_log_partition(transactional_id: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(transactionalId.hashCode) % partitions``."""
     return kafka_abs(java_string_hash(transactional_id)) % num_partitions
-
-
-def _append_error(code: ErrorCode) -> ErrorCode:
-    """A failed transaction-log append as the error a transactional client understands
-    (Kafka's TransactionStateManager does the same translation)."""
-    if code in (
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.not_enough_replicas,
-        ErrorCode.not_enough_replicas_after_append,
-        ErrorCode.request_timed_out,
-    ):
-        return ErrorCode.coordinator_not_available
-    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
-        return ErrorCode.unknown_server_error
-    return code
 
 
 class TransactionStateManager:
@@ -116,7 +100,7 @@ class TransactionStateManager:
         try:
             self._store.append(self.partition_for(transactional_id), [(key, value)])
         except KafkaError as exc:
-            code = _append_error(exc.code)
+            code = translate_store_error(exc.code, StoreWrite.TRANSACTION_LOG)
             logger.warning(
                 "transaction log append for %r (%s) failed: %s; answering %s",
                 transactional_id, transit.state.wire_name, exc, code.name,

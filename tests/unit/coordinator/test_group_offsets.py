@@ -10,15 +10,13 @@ from group_support import form_group, make_env, settle, start_join, start_sync
 from oncelog.clock import SystemClock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group import codec
-from oncelog.coordinator.group.coordinator import (
-    OFFSETS_RETENTION_CHECK_INTERVAL_MS,
-    GroupCoordinator,
-    translate_store_error,
-)
+from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.metadata import CommittedOffset
+from oncelog.coordinator.group.offsets import OFFSETS_RETENTION_CHECK_INTERVAL_MS
 from oncelog.coordinator.group.results import OffsetFetchEntry
 from oncelog.coordinator.group.state import GroupState
 from oncelog.coordinator.group.store import MemoryOffsetsStore
+from oncelog.coordinator.store_errors import StoreWrite, translate_store_error
 from oncelog.errors import ErrorCode
 
 
@@ -122,7 +120,10 @@ def test_store_failure_is_translated_and_nothing_is_applied() -> None:
 
 
 def test_store_error_translation_table() -> None:
-    t = translate_store_error
+    def t(code: ErrorCode, *, for_commit: bool) -> ErrorCode:
+        write = StoreWrite.OFFSET_COMMIT if for_commit else StoreWrite.GROUP_METADATA
+        return translate_store_error(code, write)
+
     assert t(ErrorCode.unknown_topic_or_partition, for_commit=True) == (
         ErrorCode.coordinator_not_available
     )

@@ -44,11 +44,10 @@ from oncelog.records.codec import RecordInput, decode_batch, encode_batch, iter_
 from oncelog.records.validate import validate_batches
 from oncelog.storage.checkpoint import CHECKPOINT_FILE, LogCheckpoint, write_checkpoint
 from oncelog.storage.producer_state import ProducerStateEntry
-from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.unified_log import UnifiedLog
 from tests.unit.storage.fsync_shim import FsyncTracker, power_loss
 
-EXAMPLES = int(os.environ.get("ONCELOG_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("ONCELOG_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -274,14 +273,16 @@ def check_same_as_rebuilt(log: UnifiedLog, config: LogConfig, scratch: Path) -> 
                 assert entry.last_offset < base, pid
                 assert (entry.current_txn_first_offset or -1) < base, pid
 
-        def key(a: AbortedTxn) -> tuple[int, int, int]:
-            return a.producer_id, a.first_offset, a.last_offset
-
-        mine_aborted = {key(a) for a in log.aborted_transactions(base, log.log_end_offset)}
-        fresh_aborted = {key(a) for a in fresh.aborted_transactions(base, fresh.log_end_offset)}
-        assert fresh_aborted <= mine_aborted
-        # Only ours knows the transactions whose data all lies below the log start.
-        assert all(first < base for _pid, first, _last in mine_aborted - fresh_aborted)
+        # By (producer, marker offset); the rebuilt copy cannot see a transaction's data below
+        # the log start, so its first offset may be later than ours (same records dropped).
+        mine_aborted = {(a.producer_id, a.last_offset): a.first_offset
+                        for a in log.aborted_transactions(base, log.log_end_offset)}
+        fresh_aborted = {(a.producer_id, a.last_offset): a.first_offset
+                         for a in fresh.aborted_transactions(base, fresh.log_end_offset)}
+        for txn, first in fresh_aborted.items():
+            assert txn in mine_aborted and mine_aborted[txn] <= first, txn
+        for txn, first in mine_aborted.items():  # only ours knows those all below the start
+            assert txn in fresh_aborted or first < base, txn
     finally:
         fresh.close()
 
@@ -355,8 +356,10 @@ def test_byte_flips(
         flips = flip_bytes(data, damaged)
         reopened = UnifiedLog.open(damaged, config, clock)  # never raises
         try:
+            # After a clean shutdown the segments are trusted without a CRC scan (as in
+            # Kafka): a flip there can be served; only the open is checked.
             start = max(reopened.log_start_offset, recovery_point)
-            if start < reopened.log_end_offset:
+            if not clean and start < reopened.log_end_offset:
                 result = reopened.read(start, 1 << 30)
                 for _header, _records in iter_records(result.data):  # CRC checked
                     pass

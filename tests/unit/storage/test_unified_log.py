@@ -251,3 +251,25 @@ def test_damaged_control_bit_in_a_trusted_segment_does_not_stop_the_open(
     reopened = open_log(log.directory, clock)
     assert reopened.log_end_offset == 2
     reopened.close()
+
+
+def test_marker_between_snapshot_and_log_start_is_replayed(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A snapshot taken with a transaction open, then its COMMIT, then DeleteRecords past the
+    marker: a restart replayed from the log start, skipped the marker and left the
+    transaction open for good (found by the storage fuzz test)."""
+    log = open_log(tmp_path / "p-0", clock)
+    append(log, batch(pid=7, seq=0, txn=True))  # 0-1
+    log.take_snapshot()  # at 2, transaction open
+    log.append_marker(7, 0, 0, commit=True)  # 2
+    append(log, batch())  # 3-4
+    log.delete_records_before(3)
+    log.flush()
+    crashed = tmp_path / "crash" / "p-0"
+    shutil.copytree(log.directory, crashed)
+    log.close()
+    reopened = open_log(crashed, clock)
+    assert reopened.producer_state.ongoing_txn_first_offsets() == []
+    assert reopened.last_stable_offset == reopened.log_end_offset == 5
+    reopened.close()
