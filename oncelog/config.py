@@ -33,6 +33,25 @@ def _nullable_int(text: str) -> int | None:
     return int(stripped)
 
 
+STORAGE_ENGINE_SCHEMES = ("file", "memory")
+"""Partition engines ``storage.engine`` may name (see oncelog.storage.engines)."""
+
+
+def storage_engine_scheme(url: str) -> str:
+    """The scheme of a ``storage.engine`` URL (``file:``, ``memory:``); ValueError naming
+    the known ones for any other."""
+    scheme, colon, _rest = url.partition(":")
+    if not colon or scheme not in STORAGE_ENGINE_SCHEMES:
+        known = ", ".join(f"{s}:" for s in STORAGE_ENGINE_SCHEMES)
+        raise ValueError(f"unknown storage engine {url!r}; known engines: {known}")
+    return scheme
+
+
+def _engine_url(text: str) -> str:
+    storage_engine_scheme(text)
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     name: str
@@ -76,6 +95,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     for k in [
         _key("node.id", int, 1, "The node id of this broker.", at_least=0),
         _key("log.dirs", str, "./data", "Where partition data lives."),
+        _key(
+            "storage.engine",
+            _engine_url,
+            "file:",
+            "Partition engine: file: (segments on disk) or memory: (lost on stop).",
+        ),
         _key("auto.create.topics.enable", _bool, True, "Create topics on first use."),
         _key(
             "num.partitions", int, 1, "Default partition count of auto-created topics.", at_least=1
@@ -113,13 +138,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.flush.interval.ms", _nullable_int, None, "fsync after this long."),
         _key("log.flush.scheduler.interval.ms", int, LONG_MAX, "How often to check flushes."),
         _key(
-            "log.flush.offset.checkpoint.interval.ms",
-            int,
-            60000,
-            "How often the recovery point checkpoint is written.",
-            at_least=0,
-        ),
-        _key(
             "log.message.timestamp.type",
             str,
             "CreateTime",
@@ -130,7 +148,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("socket.request.max.bytes", int, 104857600, "Largest request accepted.", at_least=1),
         _key("max.connections", int, INT_MAX, "Maximum open client connections.", at_least=0),
         _key("connections.max.idle.ms", int, 600000, "Close idle connections after this long."),
-        _key("queued.max.requests", int, 500, "Requests in flight per connection.", at_least=1),
+        _key("queued.max.requests", int, 500, "Requests handled at once, all connections.",
+             at_least=1),
         _key(
             "offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", at_least=1
         ),

@@ -4,7 +4,9 @@ Start-up order: bind every listener (the metrics endpoint included), so that a b
 fails before the data directory is touched; lock the data directory (one broker per
 directory); read meta.properties; load topics (recovering logs), create internal topics,
 load the group coordinator from ``__consumer_offsets``; start accepting; then announce
-readiness. All
+readiness. The
+services that request handlers, the server and the metrics endpoint use are handed to them
+as one frozen ``BrokerContext``, built once storage is loaded. All
 background work (flush scheduler, retention, the group coordinator's timers) runs as tasks
 in one TaskGroup that is cancelled when the broker stops; each loop sleeps between runs, so
 a sweep never overlaps the next.
@@ -18,17 +20,19 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
+from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
+from oncelog.broker.internal_topic_store import InternalTopicStore
 from oncelog.broker.markers import LocalMarkerWriter
-from oncelog.broker.metrics import bind_metrics, serve_metrics
-from oncelog.broker.offsets_store import LogOffsetsStore
-from oncelog.broker.partitions import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, PartitionRegistry
+from oncelog.broker.metrics import bind_metrics, scraper, serve_metrics
+from oncelog.broker.partitions import PartitionRegistry
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,9 @@ class Broker:
         self.partitions = PartitionRegistry(data_dir, config, self.clock)
         self.groups: GroupCoordinator
         self.transactions: TransactionCoordinator
-        self.server = Server(self, self.listen_host, self.listen_port)
+        self.producer_ids: ProducerIdManager
+        self.services: BrokerContext | None = None  # built once storage is loaded
+        self.server = Server(config, self.listen_host, self.listen_port)
         self._lock = DataDirLock(data_dir)
         self._stop = asyncio.Event()
 
@@ -89,18 +95,29 @@ class Broker:
         self.partitions.load({name: configs for name, (_, configs) in internal.items()})
         for name, (count, configs) in internal.items():
             self.partitions.ensure_internal_topic(name, count, configs)
-        store = LogOffsetsStore(self.partitions, OFFSETS_TOPIC, self.clock)
+        self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
+        store = InternalTopicStore(self.partitions, OFFSETS_TOPIC, self.clock)
         self.groups = GroupCoordinator(self.config, store, self.clock)
         self.groups.load()
         self.transactions = TransactionCoordinator(
             self.config,
-            LogOffsetsStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
-            # the one source of producer ids, idempotent producers' included
-            ProducerIdManager(self.data_dir / "producer-id-block"),
+            InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
+            self.producer_ids,  # the one source of producer ids, idempotent ones included
             LocalMarkerWriter(self.partitions, self.groups),
             self.clock,
         )
         self.transactions.load()
+        self.services = BrokerContext(
+            config=self.config,
+            clock=self.clock,
+            node=NodeIdentity(
+                self.node_id, self.cluster_id, self.advertised_host, self.advertised_port
+            ),
+            partitions=self.partitions,
+            groups=self.groups,
+            transactions=self.transactions,
+            producer_ids=self.producer_ids,
+        )
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -110,7 +127,7 @@ class Broker:
         await self.server.bind()
         metrics_server = None
         if self.metrics_listen is not None:
-            metrics_server = await bind_metrics(self, *self.metrics_listen)
+            metrics_server = await bind_metrics(*self.metrics_listen, self._scrape)
         self._lock.acquire()
         try:
             self._start_storage()
@@ -118,10 +135,16 @@ class Broker:
         finally:
             self._lock.release()
 
+    def _scrape(self) -> str:
+        if self.services is None:
+            raise RuntimeError("metrics scraped before the broker loaded its storage")
+        return scraper(self.services)()
+
     async def _serve(
         self, on_ready: Callable[[str, int], None] | None, metrics_server: asyncio.Server | None
     ) -> None:
-        await self.server.start()
+        assert self.services is not None
+        await self.server.start(self.services)
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.groups.run(), name="group-coordinator")

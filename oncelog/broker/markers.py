@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from oncelog.broker.partitions import OFFSETS_TOPIC, Partition, PartitionRegistry
+from oncelog.broker.partitions import PartitionRegistry
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import crash_point
+from oncelog.internal_topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -48,8 +49,8 @@ class LocalMarkerWriter:
                     self.groups.on_txn_marker(index, producer_id, commit, producer_epoch)
             except KafkaError as exc:
                 code = exc.code
-                if code is ErrorCode.invalid_producer_epoch and not _has_open_txn(
-                    partition, producer_id
+                if code is ErrorCode.invalid_producer_epoch and not partition.has_open_transaction(
+                    producer_id
                 ):
                     # The partition knows a newer epoch and holds nothing of this producer
                     # open: there is nothing for this marker to end (Kafka's coordinator
@@ -73,8 +74,3 @@ class LocalMarkerWriter:
             if len(partitions) > 1:
                 crash_point("markers.after_first")
         return results
-
-
-def _has_open_txn(partition: Partition, producer_id: int) -> bool:
-    entry = partition.log.producer_state.last_entry(producer_id)
-    return entry is not None and entry.current_txn_first_offset is not None

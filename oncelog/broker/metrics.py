@@ -1,12 +1,14 @@
 """Broker metrics: collected on demand, exposed as Prometheus text over HTTP.
 
-``collect(broker)`` takes a snapshot of what the exactly-once machinery looks like right now
+``collect(services)`` takes a snapshot of what the exactly-once machinery looks like right now
 (KIP-98's "live producer ids, LSO per partition, active transactional ids, oldest open
 transaction age", plus KIP-939's longest-open transaction and the group coordinator's
 counts); ``render`` writes it in the Prometheus text exposition format (version 0.0.4).
 ``serve_metrics`` answers ``GET /metrics`` with it: a minimal HTTP/1.1 responder (one
 request per connection, ``Connection: close``), started by the broker in its TaskGroup when
-``oncelog serve --metrics HOST:PORT`` is given.
+``oncelog serve --metrics HOST:PORT`` is given. The endpoint is bound before the broker's
+services exist (a busy port fails first), so it is given a ``scrape`` callable; collection
+reads only the ``BrokerContext``.
 
 Names follow Kafka's meaning with a ``oncelog_`` prefix; ages and durations are in ms.
 """
@@ -25,7 +27,7 @@ from oncelog.coordinator.transaction.state import TransactionState
 from oncelog.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +69,13 @@ class LongestOpen:
     state: str
 
 
-def longest_open_transaction(broker: Broker) -> LongestOpen | None:
+def longest_open_transaction(services: BrokerContext) -> LongestOpen | None:
     """The open (Ongoing or Prepare*) transaction that began longest ago, if any."""
-    coordinator = broker.transactions
+    coordinator = services.transactions
     listed = coordinator.list_transactions(state_filters=_OPEN_STATES)
     if listed.error is not ErrorCode.none or not listed.transactions:
         return None
-    now = broker.clock.now_ms()
+    now = services.clock.now_ms()
     best: LongestOpen | None = None
     for d in coordinator.describe_transactions(t.transactional_id for t in listed.transactions):
         if d.error is not ErrorCode.none or d.start_timestamp_ms < 0 or d.state is None:
@@ -84,7 +86,7 @@ def longest_open_transaction(broker: Broker) -> LongestOpen | None:
     return best
 
 
-def collect(broker: Broker) -> list[MetricFamily]:
+def collect(services: BrokerContext) -> list[MetricFamily]:
     """A snapshot of the broker's metrics (cheap: no I/O, one pass over the partitions)."""
     live_total = MetricFamily(
         "oncelog_producer_ids_live", "gauge",
@@ -110,24 +112,24 @@ def collect(broker: Broker) -> list[MetricFamily]:
         "Transactions with records in a partition and no marker yet.",
     )
     total = 0
-    for partition in sorted(broker.partitions.partitions(), key=lambda p: (p.topic, p.index)):
+    for partition in sorted(services.partitions.partitions(), key=lambda p: (p.topic, p.index)):
         labels = {"topic": partition.topic, "partition": str(partition.index)}
-        count = len(partition.log.producer_state)
+        count = len(partition.producers())
         total += count
         live.add(count, **labels)
         hw.add(partition.high_watermark, **labels)
         lso.add(partition.last_stable_offset, **labels)
         lag.add(partition.high_watermark - partition.last_stable_offset, **labels)
-        open_here.add(len(partition.log.producer_state.ongoing_txn_first_offsets()), **labels)
+        open_here.add(partition.open_transactions(), **labels)
     live_total.add(total)
     families = [live_total, live, hw, lso, lag, open_here]
-    families += _transaction_families(broker)
-    families += _group_families(broker)
+    families += _transaction_families(services)
+    families += _group_families(services)
     return families
 
 
-def _transaction_families(broker: Broker) -> list[MetricFamily]:
-    stats = broker.transactions.statistics()
+def _transaction_families(services: BrokerContext) -> list[MetricFamily]:
+    stats = services.transactions.statistics()
 
     def single(name: str, kind: str, text: str, value: float) -> MetricFamily:
         family = MetricFamily(name, kind, text)
@@ -163,7 +165,7 @@ def _transaction_families(broker: Broker) -> list[MetricFamily]:
         "Age in ms of the transaction open longest, labelled with its id and whether it is "
         "a two-phase-commit (KIP-939) transaction; absent when none is open.",
     )
-    found = longest_open_transaction(broker)
+    found = longest_open_transaction(services)
     if found is not None:
         longest.add(
             found.age_ms,
@@ -175,8 +177,8 @@ def _transaction_families(broker: Broker) -> list[MetricFamily]:
     return families
 
 
-def _group_families(broker: Broker) -> list[MetricFamily]:
-    stats = broker.groups.statistics()
+def _group_families(services: BrokerContext) -> list[MetricFamily]:
+    stats = services.groups.statistics()
     groups = MetricFamily("oncelog_groups", "gauge", "Consumer groups, by state.")
     for state, count in sorted(stats.groups_by_state.items()):
         groups.add(count, state=state)
@@ -279,13 +281,18 @@ async def _handle(
             await writer.wait_closed()
 
 
-async def bind_metrics(broker: Broker, host: str, port: int) -> asyncio.Server:
-    """Bind ``host:port`` for ``GET /metrics`` without accepting yet (an OSError if the
-    address cannot be bound); ``serve_metrics`` then serves it."""
+def scraper(services: BrokerContext) -> Callable[[], str]:
+    """What ``GET /metrics`` answers for ``services``: the rendered ``collect``."""
 
     def scrape() -> str:
-        return render(collect(broker))
+        return render(collect(services))
 
+    return scrape
+
+
+async def bind_metrics(host: str, port: int, scrape: Callable[[], str]) -> asyncio.Server:
+    """Bind ``host:port`` for ``GET /metrics`` without accepting yet (an OSError if the
+    address cannot be bound); ``serve_metrics`` then serves it, answering ``scrape()``."""
     return await asyncio.start_server(
         functools.partial(_handle, scrape), host, port, limit=_MAX_REQUEST_HEAD,
         start_serving=False,

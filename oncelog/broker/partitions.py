@@ -15,6 +15,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -24,16 +25,17 @@ from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import io_fault
+from oncelog.internal_topics import INTERNAL_TOPICS
 from oncelog.records.batch import BatchHeader
+from oncelog.storage.engine import AppendOrigin, FetchResult, IsolationLevel
+from oncelog.storage.engines import open_engine
 from oncelog.storage.files import atomic_write
 from oncelog.storage.log import AppendResult
-from oncelog.storage.unified_log import UnifiedLog
+from oncelog.storage.producer_state import ProducerInfo
+from oncelog.storage.unified_log import SnapshotJob, UnifiedLog
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 CATALOG_FILE = "topics.json"
@@ -152,7 +154,10 @@ class Partition:
         self.raw_log = log
         self.log: UnifiedLog = cast(UnifiedLog, _GuardedLog(log, self))
         self.offline: str | None = None
-        self._waiters: set[asyncio.Future[None]] = set()
+        # Fetches waiting for data, by isolation level (see _maybe_wake).
+        self._waiters: dict[IsolationLevel, set[asyncio.Future[None]]] = {
+            level: set() for level in IsolationLevel
+        }
 
     @property
     def name(self) -> str:
@@ -175,6 +180,15 @@ class Partition:
             f"partition {self.name} is offline ({self.offline}) in {self.raw_log.directory}",
         )
 
+    # -- offsets and configuration -----------------------------------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self.log.config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
     @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
@@ -184,39 +198,106 @@ class Partition:
         """Offsets below it are decided: no open transaction has records there."""
         return self.log.last_stable_offset
 
-    def append_marker(
-        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
-    ) -> int:
-        offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
-        self.wake_waiters()
-        return offset
+    def last_fetchable_offset(self, isolation: IsolationLevel) -> int:
+        """Where a reader of ``isolation`` stops: the LSO (read_committed) or the HW."""
+        return self.log.last_fetchable_offset(isolation)
 
+    # -- writes ---------------------------------------------------------------------------
     def append(
         self,
         buf: bytearray,
         headers: list[BatchHeader],
-        log_append_time_ms: int | None,
         *,
-        from_client: bool = True,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        log_append_time_ms: int | None = None,
     ) -> AppendResult:
+        before = self._offsets()
         result = self.log.append(
-            buf, headers, log_append_time_ms=log_append_time_ms, from_client=from_client
+            buf, headers, origin=origin, log_append_time_ms=log_append_time_ms
         )
-        self.wake_waiters()
+        self._maybe_wake(before)
         return result
 
-    def wake_waiters(self) -> None:
-        if self._waiters:
-            for fut in self._waiters:
-                if not fut.done():
-                    fut.set_result(None)
-            self._waiters.clear()
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+    ) -> int:
+        before = self._offsets()
+        offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        self._maybe_wake(before)
+        return offset
 
-    def add_waiter(self, fut: asyncio.Future[None]) -> None:
-        self._waiters.add(fut)
+    # -- reads ----------------------------------------------------------------------------
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        *,
+        min_one_batch: bool = True,
+    ) -> FetchResult:
+        """Whole batches from ``offset`` below the HW (read_uncommitted) or the LSO
+        (read_committed, with the aborted transactions overlapping what is returned)."""
+        return self.log.read(offset, max_bytes, isolation, min_one_batch=min_one_batch)
+
+    def producers(self) -> list[ProducerInfo]:
+        """The producers this partition knows (DescribeProducers), by producer id."""
+        return self.log.producers()
+
+    def open_transactions(self) -> int:
+        """Transactions with records here and no marker yet."""
+        return self.log.open_transactions()
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        return self.log.has_open_transaction(producer_id)
+
+    def offset_for_timestamp(
+        self, timestamp_ms: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    ) -> tuple[int, int] | None:
+        return self.log.offset_for_timestamp(timestamp_ms, isolation)
+
+    def max_timestamp_offset(
+        self, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    ) -> tuple[int, int] | None:
+        return self.log.max_timestamp_offset(isolation)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+    # -- fetch waiters ----------------------------------------------------------------------
+    def _offsets(self) -> tuple[int, int]:
+        return self.log.high_watermark, self.log.last_stable_offset
+
+    def _maybe_wake(self, before: tuple[int, int]) -> None:
+        """Wake read_uncommitted waiters when the HW moved, read_committed ones only when the
+        LSO moved (an append inside an open transaction gives them nothing to read)."""
+        high_watermark, stable = self._offsets()
+        if high_watermark != before[0]:
+            self._wake(self._waiters[IsolationLevel.READ_UNCOMMITTED])
+        if stable != before[1]:
+            self._wake(self._waiters[IsolationLevel.READ_COMMITTED])
+
+    @staticmethod
+    def _wake(waiters: set[asyncio.Future[None]]) -> None:
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        waiters.clear()
+
+    def wake_waiters(self) -> None:
+        """Wake every waiting fetch (the partition went offline, was deleted or closed)."""
+        for waiters in self._waiters.values():
+            self._wake(waiters)
+
+    def add_waiter(
+        self,
+        fut: asyncio.Future[None],
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> None:
+        self._waiters[isolation].add(fut)
 
     def remove_waiter(self, fut: asyncio.Future[None]) -> None:
-        self._waiters.discard(fut)
+        for waiters in self._waiters.values():
+            waiters.discard(fut)
 
 
 class PartitionRegistry:
@@ -228,6 +309,12 @@ class PartitionRegistry:
         self.clock = clock
         self.topics: dict[str, TopicInfo] = {}
         self._partitions: dict[tuple[str, int], Partition] = {}
+        # Producer-state snapshots taken at segment rolls are written (fsync included) by
+        # one worker thread, in order, instead of inside the append on the event loop.
+        self._snapshots = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshots")
+
+    def _write_snapshot(self, job: SnapshotJob) -> None:
+        self._snapshots.submit(job)
 
     # -- loading and the catalog -------------------------------------------------------
     def load(self, internal_configs: Mapping[str, Mapping[str, str]] | None = None) -> None:
@@ -296,11 +383,13 @@ class PartitionRegistry:
 
     def _open_partition(self, topic: str, index: int, log_config: LogConfig) -> Partition:
         directory = self.data_dir / f"{topic}-{index}"
-        log = UnifiedLog.open(
+        log = open_engine(
+            self.config["storage.engine"],
             directory,
             log_config,
             self.clock,
             producer_id_expiration_ms=int(self.config["producer.id.expiration.ms"]),
+            snapshot_writer=self._write_snapshot,
         )
         partition = Partition(topic, index, log)
         self._partitions[(topic, index)] = partition
@@ -458,3 +547,4 @@ class PartitionRegistry:
         for partition in self.partitions():
             partition.wake_waiters()
         self._each_online(close)
+        self._snapshots.shutdown(wait=True)

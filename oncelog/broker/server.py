@@ -7,6 +7,9 @@ closed (Kafka does the same); an unsupported ApiVersions version is answered in 
 with UNSUPPORTED_VERSION so the client can fall back. A decoded request whose handler fails
 is always answered (``oncelog.protocol.error_response``): UNKNOWN_SERVER_ERROR, or the code
 of a KafkaError, in every entry, and the connection stays open.
+
+The server knows the broker only through the services it is started with
+(``BrokerContext``), which every request's ``RequestContext`` carries to its handler.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from oncelog.broker.api import HANDLERS, RequestContext
+from oncelog.broker.api import HANDLERS, SUPPORTED, RequestContext
+from oncelog.broker.api.api_versions import unsupported_version_response
+from oncelog.broker.context import BrokerContext
+from oncelog.config import BrokerConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import handler_fault
 from oncelog.protocol import versions
@@ -30,22 +36,25 @@ from oncelog.protocol.codec import (
 )
 from oncelog.protocol.error_response import error_response
 
-if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
-
 log = logging.getLogger(__name__)
 
 PRODUCE_API_KEY = 0
 
 
 class Server:
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
-        self.broker = broker
+    def __init__(
+        self, config: BrokerConfig, host: str, port: int, services: BrokerContext | None = None
+    ) -> None:
+        self.config = config
+        self.services = services  # set by start(); handlers receive it
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()  # connections inside a request
+        # Kafka's queued.max.requests: requests read but not yet answered, over all
+        # connections; when they are all taken, connections wait before handling more.
+        self._request_slots = asyncio.Semaphore(int(config["queued.max.requests"]))
         self._stopping = False
 
     async def bind(self) -> None:
@@ -58,8 +67,10 @@ class Server:
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
 
-    async def start(self) -> None:
-        """Accept connections (binding first if ``bind`` was not called)."""
+    async def start(self, services: BrokerContext) -> None:
+        """Accept connections, answering them with ``services`` (binding first if ``bind``
+        was not called)."""
+        self.services = services
         if self._server is None:
             await self.bind()
         assert self._server is not None
@@ -89,7 +100,7 @@ class Server:
         assert task is not None
         peer = writer.get_extra_info("peername")
         host = peer[0] if peer else "?"
-        if self._stopping or len(self._connections) >= int(self.broker.config["max.connections"]):
+        if self._stopping or len(self._connections) >= int(self.config["max.connections"]):
             log.warning("refusing connection from %s: %s", peer,
                         "stopping" if self._stopping else "max.connections reached")
             writer.close()
@@ -117,8 +128,8 @@ class Server:
         host: str,
         task: asyncio.Task[None],
     ) -> None:
-        max_bytes = int(self.broker.config["socket.request.max.bytes"])
-        idle_s = int(self.broker.config["connections.max.idle.ms"]) / 1000
+        max_bytes = int(self.config["socket.request.max.bytes"])
+        idle_s = int(self.config["connections.max.idle.ms"]) / 1000
         while not self._stopping:
             try:
                 async with asyncio.timeout(idle_s):
@@ -134,7 +145,8 @@ class Server:
             frame = await reader.readexactly(size)
             self._busy.add(task)
             try:
-                response = await self._handle(frame, host)
+                async with self._request_slots:
+                    response = await self._handle(frame, host)
             finally:
                 self._busy.discard(task)
             if response is None:
@@ -151,7 +163,7 @@ class Server:
         except KafkaError as exc:
             log.warning("closing connection from %s: %s", host, exc)
             return False
-        supported = versions.SUPPORTED.get(head.api_key)
+        supported = SUPPORTED.get(head.api_key)
         handler = HANDLERS.get(head.api_key)
         if supported is None or handler is None:
             log.warning(
@@ -162,8 +174,6 @@ class Server:
         low, high = supported
         if not low <= head.api_version <= high:
             if head.api_key == versions.API_VERSIONS:
-                from oncelog.broker.api.api_versions import unsupported_version_response
-
                 return encode_response(
                     head.api_key, 0, head.correlation_id, unsupported_version_response()
                 )
@@ -180,13 +190,16 @@ class Server:
                 host, head.api_key, head.api_version, exc, frame[:96].hex(),
             )
             return False
+        if self.services is None:
+            log.error("closing connection from %s: request before the server was started", host)
+            return False
         ctx = RequestContext(
             api_key=header.api_key,
             api_version=header.api_version,
             correlation_id=header.correlation_id,
             client_id=header.client_id,
             client_host=host,
-            broker=self.broker,
+            services=self.services,
         )
         try:
             handler_fault(header.api_key)

@@ -1,7 +1,7 @@
-"""The API versions this broker serves: (min, max) per API key.
+"""The Kafka API keys, by name.
 
-Ranges are chosen so that librdkafka (confluent-kafka), kafka-python 3.x and aiokafka 0.14
-all negotiate; each is bounded by what kio has schemas for and what oncelog implements.
+The version ranges the broker serves are broker state: ``oncelog.broker.api.SUPPORTED``,
+filled by each handler's ``@handles``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,3 @@ DELETE_GROUPS: Final = 42
 DESCRIBE_PRODUCERS: Final = 61
 DESCRIBE_TRANSACTIONS: Final = 65
 LIST_TRANSACTIONS: Final = 66
-
-# Filled in by the API modules as they register handlers (see oncelog.broker.api).
-SUPPORTED: dict[int, tuple[int, int]] = {}

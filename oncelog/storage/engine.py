@@ -99,6 +99,12 @@ class PartitionEngine(Protocol):
         read_committed readers stop there."""
         ...
 
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark up to ``offset`` (at most the log end); whether it moved.
+        Replication calls it; an engine opened with ``auto_high_watermark`` (one node) moves
+        it to the log end itself after each append."""
+        ...
+
     @property
     def first_unstable_offset(self) -> int | None: ...
 
@@ -148,6 +154,10 @@ class PartitionEngine(Protocol):
 
     def producers(self) -> list[ProducerInfo]:
         """The producers this partition knows (DescribeProducers)."""
+        ...
+
+    def open_transactions(self) -> int:
+        """How many transactions have records here and no marker yet."""
         ...
 
     def has_open_transaction(self, producer_id: int) -> bool:

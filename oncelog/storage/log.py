@@ -194,6 +194,11 @@ class PartitionLog:
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
 
+    @property
+    def segment_count(self) -> int:
+        """How many segments there are (changes on a roll), without copying the list."""
+        return len(self._bases)
+
     # ------------------------------------------------------------------ transaction index
 
     @property

@@ -1,22 +1,29 @@
-"""A partition's log with its producer state and aborted-transaction index (Kafka's
-UnifiedLog): the one place where the append order is written down. The ``.txnindex`` files
-belong to the segments (``PartitionLog.append_aborted_txn``/``aborted_txns``).
+"""The partition engine (Kafka's UnifiedLog): a log store plus its producer state, aborted
+index, high watermark and LSO, kept consistent. The one place where the append order is
+written down, for every store: ``UnifiedLog.open`` is the file engine (segments on disk,
+``oncelog.storage.log``), ``oncelog.storage.memory_engine`` the in-memory one.
 
 Append order for data batches (see ../shared/STYLE.md):
-  1. validate producer state for every batch with a producer id, changing nothing;
+  1. validate producer state for every batch with a producer id, changing nothing
+     (clients: epochs and sequences; coordinators: the epoch only; replication: nothing);
   2. a retried batch (same producer, epoch and sequences as one of its last 5) is answered
      with the original offsets and nothing is appended;
-  3. append to the segment log;
+  3. append to the log store;
   4. apply the appended batches to the producer state (sequences, open transactions);
-  5. advance the first unstable offset if a transaction began.
+  5. advance the first unstable offset if a transaction began;
+  6. advance the high watermark (on one node: to the log end).
 Transaction markers: check the marker against the producer state, append the control batch,
 write an aborted-transaction index entry for an abort, and only then complete the producer's
 transaction and advance the first unstable offset. If the index write fails nothing in memory
 changes: the LSO stays, and the coordinator's retried marker completes the transaction and
 writes the entry.
 
-The LSO is ``max(first unstable offset, log start offset)`` (retention may delete the start
-of an open transaction), or the log end offset when no transaction is open.
+The high watermark is the engine's own value, separate from the log end: offsets below it
+are readable. On one node the engine advances it to the log end after each append
+(``auto_high_watermark``); with replication the partition calls
+``maybe_increment_high_watermark`` instead. The LSO is ``max(first unstable offset, log start
+offset)`` (retention may delete the start of an open transaction), or the high watermark when
+no transaction is open, and never above the high watermark.
 
 Recovery only replays: delete producer-state snapshots above the recovered log end (a power
 loss may have cut the log below them), load the newest remaining one, drop index entries
@@ -24,43 +31,75 @@ whose marker is at or above it, then apply every batch from there to the end (da
 and markers), rebuilding those entries. Entries below the snapshot are trusted because the
 transaction indexes are fsynced before a snapshot is written. A rejected ``.txnindex`` moves
 the replay start down to its segment (and its snapshots above are deleted first, so a crash
-during the rebuild still rebuilds it on the next start).
+during the rebuild still rebuilds it on the next start). ``truncate_to`` is the same reload
+(Kafka's truncateAndReload) after cutting the log.
+
+Producer-state snapshots are taken when the store rolls. The bytes are encoded at the roll
+and handed, as a job, to the injected ``snapshot_writer`` (default: run at once), so the
+broker can write them off the event loop; a job writes under a lock and only if no
+truncation or close happened since it was made, so a snapshot file only ever appears with
+the content for its offset.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.errors import KafkaError
-from oncelog.records.batch import BatchHeader
+from oncelog.records.batch import BatchHeader, parse_header
 from oncelog.records.codec import decode_batch
 from oncelog.records.control import ControlType, decode_control, encode_marker_batch
-from oncelog.records.validate import validate_batches
 from oncelog.storage import snapshot
-from oncelog.storage.log import AppendResult, PartitionLog, ReadResult
-from oncelog.storage.producer_state import ProducerStateManager
+from oncelog.storage.engine import AppendOrigin, FetchResult, IsolationLevel
+from oncelog.storage.log import AppendResult, PartitionLog
+from oncelog.storage.log_store import LogStore
+from oncelog.storage.producer_state import ProducerInfo, ProducerStateManager
 from oncelog.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+SNAPSHOTS_KEPT = 2
+
+SnapshotJob = Callable[[], None]
+SnapshotWriter = Callable[[SnapshotJob], None]
+"""Runs a snapshot job (which does blocking file I/O), now or later, in submission order."""
+
+
+def write_now(job: SnapshotJob) -> None:
+    """The default snapshot writer: write synchronously, inside the append."""
+    job()
 
 
 class UnifiedLog:
+    """One partition's engine (``oncelog.storage.engine.PartitionEngine``)."""
+
     def __init__(
         self,
-        log: PartitionLog,
+        log: LogStore,
         producer_state: ProducerStateManager,
         clock: Clock,
+        *,
+        snapshot_dir: Path | None = None,
+        snapshot_writer: SnapshotWriter = write_now,
+        auto_high_watermark: bool = True,
     ) -> None:
         self.log = log
         self.producer_state = producer_state
         self._clock = clock
         self._first_unstable: int | None = None
-        self._segment_count = len(log.segment_base_offsets())
+        self._segment_count = log.segment_count
+        self._high_watermark = log.log_end_offset
+        self._auto_high_watermark = auto_high_watermark
+        self._snapshot_dir = snapshot_dir
+        self._snapshot_writer = snapshot_writer
+        self._snapshot_lock = threading.Lock()
+        self._snapshot_generation = 0  # bumped by truncation and close: stale jobs skip
 
     @classmethod
     def open(
@@ -70,7 +109,10 @@ class UnifiedLog:
         clock: Clock,
         *,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        snapshot_writer: SnapshotWriter = write_now,
+        auto_high_watermark: bool = True,
     ) -> UnifiedLog:
+        """The file engine: open (or create) the partition in ``directory`` and recover."""
         log = PartitionLog.open(directory, config, clock)
         state = ProducerStateManager(directory.name, clock, producer_id_expiration_ms)
         # Kafka's removeStraySnapshots / truncateAndReload: nothing above the log end (nor
@@ -85,16 +127,11 @@ class UnifiedLog:
                 directory, keep_below, log.log_end_offset,
             )
         start = snapshot.load_state(state, directory, max_offset=keep_below)
-        if start < log.log_start_offset:
-            # The log between the snapshot and the log start is not readable: the snapshot
-            # cannot be brought up to date (a marker there would be missed), so the state is
-            # rebuilt from the log start alone.
-            state.clear()
-            start = log.log_start_offset
-        log.truncate_txn_indexes_from(start)
-        unified = cls(log, state, clock)
-        replayed = unified._replay(start)
-        unified._update_first_unstable()
+        unified = cls(
+            log, state, clock, snapshot_dir=directory, snapshot_writer=snapshot_writer,
+            auto_high_watermark=auto_high_watermark,
+        )
+        replayed = unified._rebuild_from(start)
         if replayed:
             logger.info(
                 "%s: producer state rebuilt from offset %d (%d batches), %d producers, "
@@ -104,9 +141,25 @@ class UnifiedLog:
             )
         return unified
 
-    def _replay(self, start: int) -> int:
+    def _rebuild_from(self, start: int) -> int:
+        """Replay the log from ``start`` (the log start if below it) into the producer state
+        and the aborted index, whose entries from there on are dropped first; the number of
+        batches replayed."""
+        if start < self.log.log_start_offset:
+            # The log between the snapshot and the log start is not readable: the snapshot
+            # cannot be brought up to date (a marker there would be missed), so the state is
+            # rebuilt from the log start alone.
+            self.producer_state.clear()
+            start = self.log.log_start_offset
+        self.log.truncate_txn_indexes_from(start)
+        replayed = self._apply(self.log.batch_headers(start), start)
+        self._update_first_unstable()
+        return replayed
+
+    def _apply(self, headers: Iterable[BatchHeader], start: int = 0) -> int:
+        """Apply batches already in the log, without validation (recovery, replication)."""
         count = 0
-        for header in self.log.batch_headers(start):
+        for header in headers:
             if header.last_offset < start or header.producer_id < 0:
                 continue
             if header.next_offset > self.log.log_end_offset:  # a damaged trusted header
@@ -155,8 +208,16 @@ class UnifiedLog:
 
     @property
     def high_watermark(self) -> int:
-        """On one node every appended record is replicated everywhere it needs to be."""
-        return self.log.log_end_offset
+        """Offsets below it are readable; on one node the log end once an append returned."""
+        return max(self._high_watermark, self.log.log_start_offset)
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark up to ``offset`` (at most the log end); whether it moved."""
+        offset = min(offset, self.log.log_end_offset)
+        if offset <= self._high_watermark:
+            return False
+        self._high_watermark = offset
+        return True
 
     @property
     def first_unstable_offset(self) -> int | None:
@@ -165,19 +226,27 @@ class UnifiedLog:
     @property
     def last_stable_offset(self) -> int:
         """Below it every transaction is decided; read_committed readers stop there. Never
-        below the log start offset (Kafka: max(first unstable offset, log start offset))."""
+        below the log start offset (Kafka: max(first unstable offset, log start offset)), never
+        above the high watermark."""
+        high_watermark = self.high_watermark
         first = self._first_unstable
         if first is None:
-            return self.log.log_end_offset
-        return max(first, self.log.log_start_offset)
+            return high_watermark
+        return min(max(first, self.log.log_start_offset), high_watermark)
 
-    def last_fetchable_offset(self, read_committed: bool) -> int:
+    def last_fetchable_offset(self, isolation: IsolationLevel) -> int:
         """Kafka's lastFetchableOffset: the LSO for read_committed, else the high watermark."""
-        return self.last_stable_offset if read_committed else self.high_watermark
+        if isolation is IsolationLevel.READ_COMMITTED:
+            return self.last_stable_offset
+        return self.high_watermark
 
     def _update_first_unstable(self) -> None:
         offsets = self.producer_state.ongoing_txn_first_offsets()
         self._first_unstable = offsets[0] if offsets else None
+
+    @property
+    def size_bytes(self) -> int:
+        return self.log.size_bytes
 
     # -- appends ---------------------------------------------------------------------------
     def append(
@@ -185,20 +254,28 @@ class UnifiedLog:
         buf: bytearray,
         headers: list[BatchHeader],
         *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
         log_append_time_ms: int | None = None,
-        from_client: bool = True,
     ) -> AppendResult:
         """Append validated batches; a duplicate retry returns the original offsets.
 
-        ``from_client=False`` is a coordinator's own write (e.g. transactional offset
-        commits): only the producer epoch is checked, not sequences."""
+        ``origin`` COORDINATOR is a coordinator's own write (e.g. transactional offset
+        commits): only the producer epoch is checked, not sequences. REPLICATION applies the
+        batches as they are, markers included."""
+        if origin is AppendOrigin.REPLICATION:
+            result = self.log.append(buf, headers, log_append_time_ms=log_append_time_ms)
+            self._apply(result.headers)
+            self._update_first_unstable()
+            self._after_append()
+            return result
         state = self.producer_state
         with_pid = [h for h in headers if h.producer_id >= 0]
         if with_pid:
+            is_from_client = origin is AppendOrigin.CLIENT
             duplicate = (
-                state.check(with_pid[0], is_from_client=from_client)
+                state.check(with_pid[0], is_from_client=is_from_client)
                 if len(headers) == 1
-                else state.check_batches(headers, is_from_client=from_client)
+                else state.check_batches(headers, is_from_client=is_from_client)
             )
             if duplicate is not None:
                 return AppendResult(
@@ -213,7 +290,7 @@ class UnifiedLog:
                     transactional = transactional or header.is_transactional
             if transactional and self._first_unstable is None:
                 self._update_first_unstable()
-        self._maybe_snapshot_on_roll()
+        self._after_append()
         return result
 
     def append_marker(
@@ -223,19 +300,19 @@ class UnifiedLog:
         coordinator_epoch: int,
         commit: bool,
     ) -> int:
-        """Write a COMMIT or ABORT marker for the producer's transaction; its offset."""
+        """Write a COMMIT or ABORT marker for the producer's transaction; its offset. The
+        broker built the batch: its header is read back, not re-validated."""
         self.producer_state.check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch)
         now = self._clock.now_ms()
         control = ControlType.COMMIT if commit else ControlType.ABORT
         batch = bytearray(
             encode_marker_batch(control, producer_id, producer_epoch, coordinator_epoch, now)
         )
-        headers = validate_batches(batch, max_batch_bytes=2**31 - 1, allow_control=True)
-        result = self.log.append(batch, headers)
+        result = self.log.append(batch, [parse_header(batch)])
         self._complete_txn(
             producer_id, producer_epoch, coordinator_epoch, result.base_offset, now, not commit
         )
-        self._maybe_snapshot_on_roll()
+        self._after_append()
         return result.base_offset
 
     def _complete_txn(
@@ -262,50 +339,149 @@ class UnifiedLog:
         if completed is not None:
             self._update_first_unstable()
 
-    def _maybe_snapshot_on_roll(self) -> None:
-        count = len(self.log.segment_base_offsets())
+    def _after_append(self) -> None:
+        if self._auto_high_watermark:
+            self._high_watermark = self.log.log_end_offset
+        count = self.log.segment_count
         if count != self._segment_count:
             self._segment_count = count
-            self.take_snapshot()
+            self._snapshot_on_roll()
+
+    # -- producer-state snapshots -----------------------------------------------------------
+    def _snapshot_on_roll(self) -> None:
+        """Capture the producer state at the log end now; write it through the writer."""
+        directory = self._snapshot_dir
+        if directory is None:
+            return
+        try:
+            self.log.flush_txn_indexes()  # recovery trusts every entry below a snapshot
+        except OSError as exc:
+            logger.warning("%s: producer state snapshot skipped: %s", directory, exc)
+            return
+        offset = self.log.log_end_offset
+        data = snapshot.encode_state(self.producer_state, offset)
+        generation = self._snapshot_generation
+
+        def job() -> None:
+            with self._snapshot_lock:
+                if generation != self._snapshot_generation:
+                    return  # truncated or closed since: the offset may not exist any more
+                try:
+                    snapshot.write_encoded(directory, offset, data)
+                    snapshot.keep_latest(directory, SNAPSHOTS_KEPT)
+                except OSError as exc:
+                    logger.warning("%s: producer state snapshot at %d failed: %s",
+                                   directory, offset, exc)
+
+        self.producer_state.on_snapshot_written(offset)
+        self._snapshot_writer(job)
+
+    def _invalidate_pending_snapshots(self) -> None:
+        with self._snapshot_lock:
+            self._snapshot_generation += 1
 
     def take_snapshot(self) -> None:
-        """Snapshot the producer state at the log end. The transaction indexes are fsynced
-        first: recovery trusts every entry below a snapshot."""
+        """Snapshot the producer state at the log end, synchronously. The transaction
+        indexes are fsynced first: recovery trusts every entry below a snapshot."""
+        directory = self._snapshot_dir
+        if directory is None:
+            return
         try:
             self.log.flush_txn_indexes()
-            snapshot.take_snapshot(
-                self.producer_state, self.log.directory, self.log.log_end_offset
-            )
+            with self._snapshot_lock:
+                snapshot.take_snapshot(
+                    self.producer_state, directory, self.log.log_end_offset, keep=SNAPSHOTS_KEPT
+                )
         except OSError as exc:
-            logger.warning("%s: producer state snapshot failed: %s", self.log.directory, exc)
+            logger.warning("%s: producer state snapshot failed: %s", directory, exc)
+
+    # -- truncation -------------------------------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Remove the batch holding ``offset`` and everything after it, with the producer
+        state, aborted index, snapshots above the new end and the LSO (Kafka's
+        truncateTo + truncateAndReload): the engine then equals one opened on the shorter
+        log. A no-op at or past the log end."""
+        if offset >= self.log.log_end_offset:
+            return
+        self._invalidate_pending_snapshots()
+        old_end = self.log.log_end_offset
+        self.log.truncate_to(offset)
+        new_end = self.log.log_end_offset
+        start = (
+            self.producer_state.truncate_after(new_end)
+            if self._snapshot_dir is None
+            else snapshot.truncate_state_after(self.producer_state, new_end, self._snapshot_dir)
+        )
+        replayed = self._rebuild_from(start)
+        self._high_watermark = min(self._high_watermark, new_end)
+        self._segment_count = self.log.segment_count
+        logger.info(
+            "%s: truncated from %d to %d; producer state replayed from %d (%d batches), LSO %d",
+            self.log.directory, old_end, new_end, start, replayed, self.last_stable_offset,
+        )
 
     # -- reads ------------------------------------------------------------------------------
     def read(
-        self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+        self,
+        offset: int,
+        max_bytes: int,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        *,
         min_one_batch: bool = True,
-    ) -> ReadResult:
-        return self.log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+    ) -> FetchResult:
+        """Whole batches from ``offset`` below the high watermark (read_uncommitted) or the
+        LSO (read_committed, with the aborted transactions overlapping what is returned).
+        OFFSET_OUT_OF_RANGE outside [log start, log end]."""
+        high_watermark, stable = self.high_watermark, self.last_stable_offset
+        committed = isolation is IsolationLevel.READ_COMMITTED
+        upper = stable if committed else high_watermark
+        result = self.log.read(offset, max_bytes, max_offset=upper, min_one_batch=min_one_batch)
+        aborted: list[AbortedTxn] | None = None
+        if committed:
+            aborted = self.log.aborted_txns(offset, result.next_offset) if result.data else []
+        return FetchResult(
+            data=result.data, first_offset=result.first_offset, next_offset=result.next_offset,
+            high_watermark=high_watermark, last_stable_offset=stable,
+            log_start_offset=result.log_start_offset, aborted=aborted,
+        )
 
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
         return self.log.aborted_txns(start_offset, upper_offset)
 
+    def producers(self) -> list[ProducerInfo]:
+        """The producers this partition knows (DescribeProducers), by producer id."""
+        return self.producer_state.active_producers()
+
+    def open_transactions(self) -> int:
+        """Transactions with records here and no marker yet."""
+        return len(self.producer_state.ongoing_txn_first_offsets())
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        entry = self.producer_state.last_entry(producer_id)
+        return entry is not None and entry.current_txn_first_offset is not None
+
     def offset_for_timestamp(
-        self, timestamp_ms: int, *, read_committed: bool = False
+        self,
+        timestamp_ms: int,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp_ms``,
         or None -- also when that offset is not fetchable yet (at or above the LSO under
         read_committed, the high watermark otherwise), as Kafka answers -1 then."""
-        return self._fetchable(self.log.offset_for_timestamp(timestamp_ms), read_committed)
+        return self._fetchable(self.log.offset_for_timestamp(timestamp_ms), isolation)
 
-    def max_timestamp_offset(self, *, read_committed: bool = False) -> tuple[int, int] | None:
+    def max_timestamp_offset(
+        self,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> tuple[int, int] | None:
         """The record with the largest timestamp, None when there is none or it is not
         fetchable yet (as ``offset_for_timestamp``)."""
-        return self._fetchable(self.log.max_timestamp_offset(), read_committed)
+        return self._fetchable(self.log.max_timestamp_offset(), isolation)
 
     def _fetchable(
-        self, found: tuple[int, int] | None, read_committed: bool
+        self, found: tuple[int, int] | None, isolation: IsolationLevel
     ) -> tuple[int, int] | None:
-        if found is None or found[0] >= self.last_fetchable_offset(read_committed):
+        if found is None or found[0] >= self.last_fetchable_offset(isolation):
             return None
         return found
 
@@ -329,13 +505,12 @@ class UnifiedLog:
 
     def apply_retention(self) -> int:
         deleted = self.log.apply_retention()
-        if deleted:
-            self._segment_count = len(self.log.segment_base_offsets())
+        self._segment_count = self.log.segment_count
         return deleted
 
     def delete_records_before(self, offset: int) -> int:
         start = self.log.delete_records_before(offset)
-        self._segment_count = len(self.log.segment_base_offsets())
+        self._segment_count = self.log.segment_count
         return start
 
     def remove_expired_producers(self, now_ms: int) -> list[int]:
@@ -343,9 +518,11 @@ class UnifiedLog:
 
     def close(self) -> None:
         """Snapshot the producer state at the log end, then close the log cleanly."""
+        self._invalidate_pending_snapshots()
         self.take_snapshot()
         self.log.close()
 
     def delete(self) -> None:
+        self._invalidate_pending_snapshots()
         self.log.delete()
 

@@ -6,6 +6,10 @@ A handler is ``async def handle_x(ctx: RequestContext, request) -> response`` re
 ``oncelog.protocol.build.make``. KafkaError raised by owners becomes an error code in the
 response at the handler; anything else is logged by the server, which answers the request
 with UNKNOWN_SERVER_ERROR in every entry (see ``oncelog.protocol.error_response``).
+
+Handlers reach the broker's services only through ``ctx.services`` (a ``BrokerContext``).
+``SUPPORTED`` is the table of version ranges this broker serves, filled by ``@handles``
+(ApiVersions answers it; the server checks requests against it).
 """
 
 from __future__ import annotations
@@ -14,10 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oncelog.protocol import versions
-
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.context import BrokerContext
 
 
 @dataclass(slots=True)
@@ -27,12 +29,13 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     client_host: str
-    broker: Broker
+    services: BrokerContext
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
 HANDLERS: dict[int, Handler] = {}
+SUPPORTED: dict[int, tuple[int, int]] = {}
 
 
 def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
@@ -42,7 +45,7 @@ def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handl
         if api_key in HANDLERS:
             raise RuntimeError(f"two handlers for API key {api_key}")
         HANDLERS[api_key] = fn
-        versions.SUPPORTED[api_key] = (min_version, max_version)
+        SUPPORTED[api_key] = (min_version, max_version)
         return fn
 
     return register

@@ -21,7 +21,7 @@ SOURCE_DEFAULT = 5
 @handles(versions.CREATE_TOPICS, 2, 7)
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.CREATE_TOPICS, ctx.api_version)
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     results = []
     seen: set[str] = set()
     for topic in request.topics:
@@ -78,7 +78,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
 
 
 def _topic_config_values(ctx: RequestContext, overrides: dict[str, str]) -> dict[str, str]:
-    values = ctx.broker.config.topic_defaults()
+    values = ctx.services.config.topic_defaults()
     values.update(overrides)
     return values
 
@@ -86,7 +86,7 @@ def _topic_config_values(ctx: RequestContext, overrides: dict[str, str]) -> dict
 @handles(versions.DELETE_TOPICS, 1, 6)
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DELETE_TOPICS, ctx.api_version)
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     if hasattr(request, "topic_names"):
         entries = [(name, None) for name in request.topic_names]
     else:
@@ -124,7 +124,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.CREATE_PARTITIONS, 0, 3)
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.CREATE_PARTITIONS, ctx.api_version)
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     results = []
     for topic in request.topics:
         code, message = ErrorCode.none, None
@@ -152,7 +152,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.DESCRIBE_CONFIGS, 1, 4)
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DESCRIBE_CONFIGS, ctx.api_version)
-    broker = ctx.broker
+    services = ctx.services
     results = []
     for resource in request.resources:
         code, message = ErrorCode.none, None
@@ -160,21 +160,21 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         try:
             values: dict[str, tuple[str, int]]
             if resource.resource_type == RESOURCE_TOPIC:
-                info = broker.partitions.topics.get(resource.resource_name)
+                info = services.partitions.topics.get(resource.resource_name)
                 if info is None:
                     raise KafkaError(ErrorCode.unknown_topic_or_partition, resource.resource_name)
                 values = {
                     name: (value, SOURCE_DEFAULT)
-                    for name, value in broker.config.topic_defaults().items()
+                    for name, value in services.config.topic_defaults().items()
                 }
                 values.update({k: (v, SOURCE_DYNAMIC_TOPIC) for k, v in info.configs.items()})
             elif resource.resource_type == RESOURCE_BROKER:
-                if resource.resource_name not in ("", str(broker.node_id)):
+                if resource.resource_name not in ("", str(services.node.node_id)):
                     raise KafkaError(ErrorCode.invalid_request, "unknown broker")
                 values = {
                     name: ("" if value is None else str(value).lower()
                            if isinstance(value, bool) else str(value), SOURCE_STATIC_BROKER)
-                    for name, value in broker.config.items()
+                    for name, value in services.config.items()
                 }
             else:
                 raise KafkaError(ErrorCode.invalid_request, "unsupported resource type")

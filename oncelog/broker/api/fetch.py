@@ -18,11 +18,9 @@ from oncelog.broker.partitions import Partition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
+from oncelog.storage.engine import IsolationLevel
 
 log = logging.getLogger(__name__)
-
-READ_UNCOMMITTED = 0
-READ_COMMITTED = 1
 
 
 @dataclass(slots=True)
@@ -50,11 +48,11 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             session_id=0,
             responses=(),
         )
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     max_wait_ms = max(0, to_ms(request.max_wait))
     min_bytes = max(0, int(request.min_bytes))
     max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
-    isolation = int(getattr(request, "isolation_level", READ_UNCOMMITTED))
+    isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
@@ -68,7 +66,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         waiter: asyncio.Future[None] = loop.create_future()
         partitions = [r.partition for r in reads if r.partition is not None]
         for partition in partitions:
-            partition.add_waiter(waiter)
+            partition.add_waiter(waiter, isolation)
         try:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
@@ -83,7 +81,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 def _read_all(
-    registry: Any, request: Any, max_bytes: int, isolation: int
+    registry: Any, request: Any, max_bytes: int, isolation: IsolationLevel
 ) -> tuple[list[_PartitionRead], int]:
     reads: list[_PartitionRead] = []
     total = 0
@@ -95,32 +93,26 @@ def _read_all(
             if partition is None:
                 read.error = ErrorCode.unknown_topic_or_partition
                 continue
-            plog = partition.log
             read.high_watermark = partition.high_watermark
             read.last_stable_offset = partition.last_stable_offset
-            read.log_start_offset = plog.log_start_offset
+            read.log_start_offset = partition.log_start_offset
             budget = min(int(fp.partition_max_bytes), max_bytes - total)
             if budget <= 0 and total > 0:
                 continue
-            committed = isolation == READ_COMMITTED
-            upper = read.last_stable_offset if committed else read.high_watermark
             try:
-                result = plog.read(
-                    int(fp.fetch_offset),
-                    max(budget, 0),
-                    max_offset=upper,
-                    min_one_batch=total == 0,
+                result = partition.read(
+                    int(fp.fetch_offset), max(budget, 0), isolation, min_one_batch=total == 0
                 )
             except KafkaError as exc:
                 read.error = exc.code
                 continue
+            read.high_watermark = result.high_watermark
+            read.last_stable_offset = result.last_stable_offset
+            read.log_start_offset = result.log_start_offset
             read.data = result.data
             total += len(result.data)
-            if isolation == READ_COMMITTED:
-                read.aborted = [
-                    (txn.producer_id, txn.first_offset)
-                    for txn in plog.aborted_transactions(int(fp.fetch_offset), result.next_offset)
-                ] if result.data else []
+            if result.aborted is not None:
+                read.aborted = [(txn.producer_id, txn.first_offset) for txn in result.aborted]
     return reads, total
 
 

@@ -2,7 +2,7 @@
 LeaveGroup (13), OffsetCommit (8), OffsetFetch (9), TxnOffsetCommit (28), ListGroups (16),
 DescribeGroups (15), DeleteGroups (42).
 
-Thin: read the request (any version), call ``ctx.broker.groups`` (a GroupCoordinator),
+Thin: read the request (any version), call ``ctx.services.groups`` (a GroupCoordinator),
 build the version's response with ``make``. Version ranges: every range below contains the
 versions librdkafka 2.x, kafka-python 3.0 (its own caps: JoinGroup 7, SyncGroup 5,
 OffsetCommit/OffsetFetch 8) and aiokafka 0.14 (JoinGroup 5, SyncGroup 3, Heartbeat 1,
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from oncelog.broker.api import RequestContext, handles
 from oncelog.coordinator.group.results import OffsetFetchEntry, TopicPartition
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 # DescribeGroups' "authorized operations not requested" value.
@@ -46,15 +46,15 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     """One node coordinates every group and every transactional id."""
     mod = response_module(versions.FIND_COORDINATOR, ctx.api_version)
     key_type = int(getattr(request, "key_type", GROUP_KEY))
-    broker = ctx.broker
+    me = ctx.services.node
     error = ErrorCode.none
     message: str | None = None
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         error, message = ErrorCode.invalid_request, f"unsupported key type {key_type}"
     node = {
-        "node_id": broker.node_id if error == ErrorCode.none else -1,
-        "host": broker.advertised_host if error == ErrorCode.none else "",
-        "port": broker.advertised_port if error == ErrorCode.none else -1,
+        "node_id": me.node_id if error == ErrorCode.none else -1,
+        "host": me.host if error == ErrorCode.none else "",
+        "port": me.port if error == ErrorCode.none else -1,
         "error_code": error,
         "error_message": message,
     }
@@ -75,7 +75,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.JOIN_GROUP, ctx.api_version)
     session_ms = to_ms(request.session_timeout)
     rebalance_ms = to_ms(getattr(request, "rebalance_timeout", None))
-    result = await ctx.broker.groups.join_group(
+    result = await ctx.services.groups.join_group(
         group_id=request.group_id,
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
@@ -117,7 +117,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.SYNC_GROUP, 0, 5)
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.SYNC_GROUP, ctx.api_version)
-    result = await ctx.broker.groups.sync_group(
+    result = await ctx.services.groups.sync_group(
         group_id=request.group_id,
         generation_id=int(request.generation_id),
         member_id=request.member_id,
@@ -139,7 +139,7 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.HEARTBEAT, 0, 4)
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.HEARTBEAT, ctx.api_version)
-    error = ctx.broker.groups.heartbeat(
+    error = ctx.services.groups.heartbeat(
         request.group_id,
         int(request.generation_id),
         request.member_id,
@@ -156,7 +156,7 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     else:
         leaving = [(request.member_id, None)]
     try:
-        errors = ctx.broker.groups.leave_group(request.group_id, leaving)
+        errors = ctx.services.groups.leave_group(request.group_id, leaving)
     except KafkaError as exc:
         return make(mod.LeaveGroupResponse, throttle_time=0, error_code=exc.code, members=())
     if ctx.api_version < 3:
@@ -197,7 +197,7 @@ def _requested_offsets(
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.OFFSET_COMMIT, ctx.api_version)
     offsets, order = _requested_offsets(request)
-    errors = ctx.broker.groups.commit_offsets(
+    errors = ctx.services.groups.commit_offsets(
         group_id=request.group_id,
         generation_id=int(request.generation_id_or_member_epoch),
         member_id=request.member_id,
@@ -220,7 +220,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.OFFSET_FETCH, ctx.api_version)
     require_stable = bool(getattr(request, "require_stable", False))
-    coordinator = ctx.broker.groups
+    coordinator = ctx.services.groups
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
@@ -259,7 +259,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     (KIP-447: generation, member and instance, sent from v3) and append."""
     mod = response_module(versions.TXN_OFFSET_COMMIT, ctx.api_version)
     offsets, order = _requested_offsets(request)
-    groups = ctx.broker.groups
+    groups = ctx.services.groups
     errors: dict[TopicPartition, ErrorCode]
     if not request.group_id:
         error = ErrorCode.invalid_group_id
@@ -295,7 +295,7 @@ async def _verify_txn_offsets(ctx: RequestContext, request: Any, partition: int)
     """Is ``__consumer_offsets``-``partition`` in the producer's ongoing transaction? The
     transaction coordinator's answer, as a TxnOffsetCommit client of this version reads it
     (Kafka's AddPartitionsToTxnManager does the same translation)."""
-    coordinator = cast("TransactionCoordinator | None", getattr(ctx.broker, "transactions", None))
+    coordinator = cast("TransactionCoordinator | None", getattr(ctx.services, "transactions", None))
     if coordinator is None:
         log.error("TxnOffsetCommit for group %s: the broker has no transaction coordinator",
                   request.group_id)
@@ -365,7 +365,7 @@ def _fetch_topics(
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LIST_GROUPS, ctx.api_version)
     types_filter = {t.lower() for t in getattr(request, "types_filter", ())}
-    listed = ctx.broker.groups.list_groups(getattr(request, "states_filter", ()))
+    listed = ctx.services.groups.list_groups(getattr(request, "states_filter", ()))
     groups = tuple(
         make(
             mod.ListedGroup,
@@ -385,7 +385,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DESCRIBE_GROUPS, ctx.api_version)
     described = []
-    for d in ctx.broker.groups.describe_groups(request.groups):
+    for d in ctx.services.groups.describe_groups(request.groups):
         error, message = d.error, None
         if error == ErrorCode.group_id_not_found:
             if ctx.api_version >= 6:
@@ -424,7 +424,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DELETE_GROUPS, ctx.api_version)
     names = list(request.groups_names)
-    errors = ctx.broker.groups.delete_groups(names)
+    errors = ctx.services.groups.delete_groups(names)
     results = tuple(
         make(mod.DeletableGroupResult, group_id=name, error_code=errors[name]) for name in names
     )

@@ -9,19 +9,19 @@ from oncelog.broker.partitions import Partition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
+from oncelog.storage.engine import IsolationLevel
 
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
-READ_COMMITTED = 1
 
 
 @handles(versions.LIST_OFFSETS, 1, 8)
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LIST_OFFSETS, ctx.api_version)
-    registry = ctx.broker.partitions
-    isolation = int(getattr(request, "isolation_level", 0))
+    registry = ctx.services.partitions
+    isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
     topics = []
     for topic in request.topics:
         parts = []
@@ -48,19 +48,17 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     return make(mod.ListOffsetsResponse, throttle_time=0, topics=tuple(topics))
 
 
-def _lookup(partition: Partition, target: int, isolation: int) -> tuple[int, int]:
+def _lookup(partition: Partition, target: int, isolation: IsolationLevel) -> tuple[int, int]:
     """Kafka's Partition.fetchOffsetForTimestamp: every answer but the earliest is bounded by
     the last fetchable offset (the LSO under read_committed, else the high watermark)."""
-    plog = partition.log
-    committed = isolation == READ_COMMITTED
     if target == LATEST:
-        return plog.last_fetchable_offset(committed), -1
+        return partition.last_fetchable_offset(isolation), -1
     if target in (EARLIEST, EARLIEST_LOCAL):
-        return plog.log_start_offset, -1
+        return partition.log_start_offset, -1
     if target == MAX_TIMESTAMP:
-        found = plog.max_timestamp_offset(read_committed=committed)
+        found = partition.max_timestamp_offset(isolation)
         return found if found is not None else (-1, -1)
     if target < 0:
         raise KafkaError(ErrorCode.invalid_request, f"unknown special timestamp {target}")
-    found = plog.offset_for_timestamp(target, read_committed=committed)
+    found = partition.offset_for_timestamp(target, isolation)
     return found if found is not None else (-1, -1)

@@ -16,8 +16,8 @@ ZERO_UUID = uuid.UUID(int=0)
 
 @handles(versions.METADATA, 0, 12)
 async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
-    registry = broker.partitions
+    node = ctx.services.node
+    registry = ctx.services.partitions
     mod = response_module(versions.METADATA, ctx.api_version)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
 
@@ -47,14 +47,14 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         except KafkaError as exc:
             topics.append(_topic_error(mod, name, exc.code))
             continue
-        topics.append(_topic(mod, info, broker.node_id))
+        topics.append(_topic(mod, info, node.node_id))
 
     brokers = (
         make(
             mod.MetadataResponseBroker,
-            node_id=broker.node_id,
-            host=broker.advertised_host,
-            port=broker.advertised_port,
+            node_id=node.node_id,
+            host=node.host,
+            port=node.port,
             rack=None,
         ),
     )
@@ -62,8 +62,8 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         mod.MetadataResponse,
         throttle_time=0,
         brokers=brokers,
-        cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        cluster_id=node.cluster_id,
+        controller_id=node.node_id,
         topics=tuple(topics),
         cluster_authorized_operations=-2147483648,
     )

@@ -21,8 +21,7 @@ log = logging.getLogger(__name__)
 
 @handles(versions.PRODUCE, 3, 11)
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
-    registry = broker.partitions
+    registry = ctx.services.partitions
     mod = response_module(versions.PRODUCE, ctx.api_version)
     acks = int(request.acks)
     topics = []
@@ -51,7 +50,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     raise KafkaError(ErrorCode.corrupt_message, "no record batches")
                 buf = bytearray(data)
                 headers = validate_batches(
-                    buf, max_batch_bytes=partition.log.config.max_message_bytes
+                    buf, max_batch_bytes=partition.config.max_message_bytes
                 )
                 if len(headers) != 1:
                     # Kafka's ProduceRequest.validateRecords, from v3 on. Several batches
@@ -63,10 +62,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     )
                 if headers[0].is_transactional:
                     verify_transaction(ctx, request.transactional_id, name, pdata.index, headers[0])
-                result = partition.append(buf, headers, None)
+                result = partition.append(buf, headers)
                 base_offset = result.base_offset
                 append_time = result.log_append_time
-                log_start = partition.log.log_start_offset
+                log_start = partition.log_start_offset
             except KafkaError as exc:
                 code = exc.code
                 message = exc.message or None
@@ -114,7 +113,7 @@ def verify_transaction(
             f"transactional batch of producer {header.producer_id} without a transactional id",
         )
     tp = (topic, partition)
-    code = ctx.broker.transactions.verify_partitions(
+    code = ctx.services.transactions.verify_partitions(
         transactional_id, header.producer_id, header.producer_epoch, [tp]
     )[tp]
     if code is ErrorCode.none:

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.api.compat import fenced_for_version
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
@@ -24,7 +25,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.INIT_PRODUCER_ID, ctx.api_version)
     # One path for every producer id: the transaction coordinator decides (a fresh id for an
     # idempotent producer; bump, fence, 2PC for a transactional one).
-    result = await ctx.broker.transactions.handle_init_producer_id(
+    result = await ctx.services.transactions.handle_init_producer_id(
         request.transactional_id,
         to_ms(request.transaction_timeout),
         int(getattr(request, "producer_id", -1)),
@@ -32,9 +33,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
         enable_2pc=bool(getattr(request, "enable2_pc", False)),
         keep_prepared=bool(getattr(request, "keep_prepared_txn", False)),
     )
-    code = result.error
-    if code is ErrorCode.producer_fenced and ctx.api_version < 4:
-        code = ErrorCode.invalid_producer_epoch  # PRODUCER_FENCED is new in v4
+    code = fenced_for_version(result.error, ctx.api_version, 4)
     if request.transactional_id is None and code is ErrorCode.none:
         log.info("client %s: new idempotent producer id %d", ctx.client_id, result.producer_id)
     return make(
@@ -51,7 +50,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.DESCRIBE_PRODUCERS, 0, 0)
 async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DESCRIBE_PRODUCERS, ctx.api_version)
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     topics = []
     for topic in request.topics:
         partitions = []
@@ -69,7 +68,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
                         coordinator_epoch=p.coordinator_epoch,
                         current_txn_start_offset=p.current_txn_start_offset,
                     )
-                    for p in partition.log.producer_state.active_producers()
+                    for p in partition.producers()
                 )
             except KafkaError as exc:
                 code, message = exc.code, exc.message

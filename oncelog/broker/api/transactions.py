@@ -2,7 +2,7 @@
 WriteTxnMarkers (27), DescribeTransactions (65), ListTransactions (66).
 
 Thin: validate what only the broker knows (do the topics exist), call the transaction
-coordinator at ``ctx.broker.transactions``, build the response. InitProducerId lives in
+coordinator at ``ctx.services.transactions``, build the response. InitProducerId lives in
 ``producers.py``; TxnOffsetCommit belongs to the group coordinator.
 
 Clients that predate PRODUCER_FENCED (AddPartitionsToTxn/AddOffsetsToTxn/EndTxn below v2)
@@ -19,8 +19,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.broker.partitions import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from oncelog.broker.api.compat import fenced_for_version
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
 
@@ -31,17 +32,10 @@ log = logging.getLogger(__name__)
 
 
 def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
-    coordinator = getattr(ctx.broker, "transactions", None)
+    coordinator = getattr(ctx.services, "transactions", None)
     if coordinator is None:
-        raise RuntimeError("the broker has no transaction coordinator (broker.transactions)")
+        raise RuntimeError("the broker has no transaction coordinator (services.transactions)")
     return cast("TransactionCoordinator", coordinator)
-
-
-def _for_old_clients(code: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
-    """PRODUCER_FENCED as INVALID_PRODUCER_EPOCH for versions that do not know it."""
-    if code is ErrorCode.producer_fenced and version < fenced_since:
-        return ErrorCode.invalid_producer_epoch
-    return code
 
 
 def _topic_results(mod: Any, answers: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
@@ -66,7 +60,7 @@ async def _add_partitions(
     verify_only: bool,
 ) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
-    registry = ctx.broker.partitions
+    registry = ctx.services.partitions
     missing = {tp for tp in wanted if registry.find(tp[0], tp[1]) is None}
     if missing:
         # One bad partition fails the whole request; the others were not attempted.
@@ -78,7 +72,7 @@ async def _add_partitions(
     answers = await _coordinator(ctx).handle_add_partitions(
         transactional_id, int(producer_id), int(producer_epoch), wanted, verify_only=verify_only
     )
-    return {tp: _for_old_clients(code, ctx.api_version, 2) for tp, code in answers.items()}
+    return {tp: fenced_for_version(code, ctx.api_version, 2) for tp, code in answers.items()}
 
 
 @handles(versions.ADD_PARTITIONS_TO_TXN, 0, 5)
@@ -131,7 +125,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     return make(
         mod.AddOffsetsToTxnResponse,
         throttle_time=0,
-        error_code=_for_old_clients(code, ctx.api_version, 2),
+        error_code=fenced_for_version(code, ctx.api_version, 2),
     )
 
 
@@ -150,7 +144,7 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     return make(
         mod.EndTxnResponse,
         throttle_time=0,
-        error_code=_for_old_clients(result.error, ctx.api_version, 2),
+        error_code=fenced_for_version(result.error, ctx.api_version, 2),
         producer_id=result.producer_id,
         producer_epoch=result.producer_epoch,
     )
@@ -167,7 +161,7 @@ def _write_client_marker(
     if topic == TRANSACTION_STATE_TOPIC:
         # The transaction log holds the coordinator's own records, never client transactions.
         return ErrorCode.invalid_topic_exception
-    partition = ctx.broker.partitions.find(topic, index)
+    partition = ctx.services.partitions.find(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
     producer_id, producer_epoch = int(marker.producer_id), int(marker.producer_epoch)
@@ -188,7 +182,7 @@ def _write_client_marker(
     try:
         offset = partition.append_marker(producer_id, producer_epoch, coordinator_epoch, False)
         if topic == OFFSETS_TOPIC:
-            ctx.broker.groups.on_txn_marker(index, producer_id, False, producer_epoch)
+            ctx.services.groups.on_txn_marker(index, producer_id, False, producer_epoch)
     except KafkaError as exc:
         log.warning(
             "client %s (%s): %s marker for producer %d epoch %d on %s-%d refused: %s",

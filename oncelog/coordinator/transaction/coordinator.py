@@ -60,10 +60,9 @@ from oncelog.coordinator.transaction.state_manager import (
 )
 from oncelog.coordinator.transaction.store import TxnLogStore
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.internal_topics import OFFSETS_TOPIC
 
 logger = logging.getLogger(__name__)
-
-OFFSETS_TOPIC = "__consumer_offsets"
 
 _S = TransactionState
 

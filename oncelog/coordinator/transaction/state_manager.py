@@ -36,10 +36,9 @@ from oncelog.coordinator.transaction.state import TransactionState, parse_state
 from oncelog.coordinator.transaction.store import TxnLogStore
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import crash_point
+from oncelog.internal_topics import TRANSACTION_STATE_TOPIC
 
 logger = logging.getLogger(__name__)
-
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 Sleep = Callable[[float], Awaitable[None]]
 

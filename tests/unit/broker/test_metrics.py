@@ -26,23 +26,12 @@ NOW = 1_000_000
 TWO_PC_TIMEOUT = 2**31 - 1
 
 
-class FakeProducerState:
-    def __init__(self, producers: int, open_first_offsets: list[int]) -> None:
-        self.producers = producers
-        self.open = open_first_offsets
-
-    def __len__(self) -> int:
-        return self.producers
-
-    def ongoing_txn_first_offsets(self) -> list[int]:
-        return sorted(self.open)
-
-
 def partition(topic: str, index: int, hw: int, lso: int, producers: int,
               open_offsets: list[int]) -> Any:
     return SimpleNamespace(
         topic=topic, index=index, high_watermark=hw, last_stable_offset=lso,
-        log=SimpleNamespace(producer_state=FakeProducerState(producers, open_offsets)),
+        producers=lambda: [object()] * producers,
+        open_transactions=lambda: len(open_offsets),
     )
 
 
@@ -209,7 +198,7 @@ def test_serve_metrics_over_a_socket() -> None:
     broker = fake_broker([described("plain", TransactionState.ONGOING, NOW - 50)])
 
     async def body() -> bytes:
-        server = await metrics.bind_metrics(broker, "127.0.0.1", 0)
+        server = await metrics.bind_metrics("127.0.0.1", 0, metrics.scraper(broker))
         port = server.sockets[0].getsockname()[1]
         task = asyncio.create_task(metrics.serve_metrics(server))
         try:

@@ -27,7 +27,7 @@ def write_topics(data_dir: Path) -> None:
     registry.create_topic("a.b-c", 3)
     registry.create_topic("__consumer_offsets", 1, {"cleanup.policy": "compact"})
     buf = bytearray(encode_batch([RecordInput(key=b"k", value=b"v")]))
-    registry.get("a.b-c", 2).append(buf, validate_batches(buf, max_batch_bytes=1 << 20), None)
+    registry.get("a.b-c", 2).append(buf, validate_batches(buf, max_batch_bytes=1 << 20))
     registry.close()
 
 

@@ -22,7 +22,7 @@ from oncelog.records.validate import validate_batches
 def append_one(partition: Partition) -> int:
     buf = bytearray(encode_batch([RecordInput(key=b"k", value=b"v")]))
     headers = validate_batches(buf, max_batch_bytes=1 << 20)
-    return partition.append(buf, headers, None).base_offset
+    return partition.append(buf, headers).base_offset
 
 
 def _eio(*args: Any, **kwargs: Any) -> Any:

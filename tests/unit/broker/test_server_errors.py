@@ -24,6 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from oncelog.broker import api
 from oncelog.broker.api import HANDLERS, RequestContext
 from oncelog.broker.server import Server
+from oncelog.config import BrokerConfig
 from oncelog.errors import KafkaError
 from oncelog.protocol import versions
 
@@ -48,7 +49,7 @@ def decode(request: Any, frame: bytes) -> Any:
 
 
 def handle(request: Any) -> bytes | bool | None:
-    server = Server(SimpleNamespace(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    server = Server(BrokerConfig(), "127.0.0.1", 0, SimpleNamespace())  # type: ignore[arg-type]
     return asyncio.run(server._handle(frame_of(request), "client-host"))
 
 

@@ -14,8 +14,9 @@ import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from oncelog.broker.api import HANDLERS, RequestContext
+from oncelog.broker.api import HANDLERS, SUPPORTED, RequestContext
 from oncelog.broker.api import group as group_api
+from oncelog.broker.context import NodeIdentity
 from oncelog.clock import FakeClock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -28,12 +29,13 @@ from oncelog.protocol.codec import decode_request, encode_response
 NONE = ErrorCode.none
 
 
+NODE = NodeIdentity(7, "", "broker.example", 19092)
+
+
 @dataclass
 class FakeBroker:
     groups: GroupCoordinator
-    node_id: int = 7
-    advertised_host: str = "broker.example"
-    advertised_port: int = 19092
+    node: NodeIdentity = NODE
 
 
 def new_broker(initial_delay_ms: int = 0) -> FakeBroker:
@@ -77,7 +79,7 @@ def run(coro):  # type: ignore[no-untyped-def]
 
 
 def versions_of(api_key: int) -> list[int]:
-    low, high = versions.SUPPORTED[api_key]
+    low, high = SUPPORTED[api_key]
     return list(range(low, high + 1))
 
 
@@ -96,12 +98,12 @@ def test_registered_ranges() -> None:
         versions.DELETE_GROUPS: (0, 2),
     }
     for key, span in expected.items():
-        assert versions.SUPPORTED[key] == span
+        assert SUPPORTED[key] == span
     # Every client's highest version for these APIs is inside the range.
     aiokafka = {11: 5, 14: 3, 12: 1, 13: 1, 8: 3, 9: 3, 10: 1, 16: 2, 15: 3, 42: 1}
     kafka_python_caps = {11: 7, 14: 5, 8: 8, 9: 8}
     for key, v in [*aiokafka.items(), *kafka_python_caps.items()]:
-        low, high = versions.SUPPORTED[key]
+        low, high = SUPPORTED[key]
         assert low <= v <= high
 
 

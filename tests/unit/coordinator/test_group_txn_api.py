@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from test_group_api import call, nested, request
 
-from oncelog.broker.api import HANDLERS
+from oncelog.broker.api import HANDLERS, SUPPORTED
 from oncelog.broker.api import group as group_api
-from oncelog.broker.api.group import OFFSETS_TOPIC, txn_verification_error
+from oncelog.broker.api.group import txn_verification_error
+from oncelog.broker.context import NodeIdentity
 from oncelog.clock import FakeClock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -26,12 +27,16 @@ from oncelog.coordinator.group.store import MemoryOffsetsStore
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction import InMemoryTxnLogStore, TransactionCoordinator
 from oncelog.errors import ErrorCode
+from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
 
 NONE = ErrorCode.none
 KEY = versions.TXN_OFFSET_COMMIT
 TXN = "txn-app"
 OFFSET_PARTITIONS = 5
+
+
+NODE = NodeIdentity(7, "", "broker.example", 19092)
 
 
 @dataclass
@@ -66,9 +71,7 @@ class TxnBroker:
     transactions: TransactionCoordinator | None
     store: MemoryOffsetsStore
     markers: OffsetsMarkerWriter
-    node_id: int = 7
-    advertised_host: str = "broker.example"
-    advertised_port: int = 19092
+    node: NodeIdentity = NODE
 
 
 def new_broker(tmp_path: Path) -> TxnBroker:
@@ -166,7 +169,7 @@ async def join(broker: TxnBroker, group: str) -> tuple[int, str]:
 
 def test_registered_range() -> None:
     assert HANDLERS[KEY] is group_api.handle_txn_offset_commit
-    assert versions.SUPPORTED[KEY] == (0, 5)
+    assert SUPPORTED[KEY] == (0, 5)
 
 
 @pytest.mark.parametrize("version", range(0, 6))

@@ -26,14 +26,13 @@ from kio.serial._introspect import (
 )
 
 from oncelog.broker import api
-from oncelog.protocol import versions
 from oncelog.protocol.codec import encode_response, request_schema
 from oncelog.protocol.error_response import error_response
 
 api.load_all()
 SERVED = [
     (key, version)
-    for key, (low, high) in sorted(versions.SUPPORTED.items())
+    for key, (low, high) in sorted(api.SUPPORTED.items())
     for version in range(low, high + 1)
 ]
 

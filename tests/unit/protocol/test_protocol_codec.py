@@ -15,7 +15,6 @@ from kio.serial import entity_writer
 
 from oncelog.broker import api
 from oncelog.errors import KafkaError
-from oncelog.protocol import versions
 from oncelog.protocol.codec import (
     FrameTooLarge,
     decode_request,
@@ -74,7 +73,7 @@ def test_response_header_is_v0_for_api_versions() -> None:
 def test_every_served_version_has_schemas() -> None:
     from oncelog.protocol.codec import request_schema, response_writer
 
-    for key, (low, high) in versions.SUPPORTED.items():
+    for key, (low, high) in api.SUPPORTED.items():
         for version in range(low, high + 1):
             request_schema(key, version)
             response_writer(key, version)
@@ -86,7 +85,7 @@ def test_random_frames_only_raise_kafka_errors(data: bytes) -> None:
         head = parse_request_header(data)
     except KafkaError:
         return
-    supported = versions.SUPPORTED.get(head.api_key)
+    supported = api.SUPPORTED.get(head.api_key)
     if supported is None or not supported[0] <= head.api_version <= supported[1]:
         return
     try:
@@ -96,14 +95,14 @@ def test_random_frames_only_raise_kafka_errors(data: bytes) -> None:
 
 
 @given(
-    st.sampled_from(sorted(versions.SUPPORTED)),
+    st.sampled_from(sorted(api.SUPPORTED)),
     st.data(),
     st.binary(max_size=120),
 )
 def test_garbage_bodies_for_every_api_only_raise_invalid_request(
     api_key: int, data: st.DataObject, body: bytes
 ) -> None:
-    low, high = versions.SUPPORTED[api_key]
+    low, high = api.SUPPORTED[api_key]
     version = data.draw(st.integers(low, high))
     frame = struct.pack(">hhih", api_key, version, 1, 1) + b"x" + b"\0" + body
     try:

@@ -178,7 +178,7 @@ def read_batches(log: UnifiedLog, upper: int | None = None) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
     offset = log.log_start_offset
     while offset < end:
-        result = log.read(offset, 1 << 20, max_offset=end)
+        result = log.log.read(offset, 1 << 20, max_offset=end)
         assert result.data, f"nothing read at {offset} below {end}"
         pos = 0
         for header, _records in iter_records(result.data):  # raises on a CRC mismatch

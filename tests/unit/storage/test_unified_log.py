@@ -1,5 +1,6 @@
-"""UnifiedLog: the append order (producer state, duplicates, transactions, LSO, aborted
-index) and its rebuild after clean and unclean restarts."""
+"""The partition engine: the append order (producer state, duplicates, transactions, LSO,
+aborted index), run against every engine (``make_engine``), and the file engine's rebuild
+after clean and unclean restarts."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
 from oncelog.storage.unified_log import UnifiedLog
+from tests.unit.storage.conftest import EngineFactory
 
 NOW = FakeClock().now_ms()
 
@@ -47,8 +49,10 @@ def append(log: UnifiedLog, data_headers: tuple[bytearray, list]) -> int:
     return log.append(data, headers).base_offset
 
 
-def test_idempotent_retry_returns_original_offset(tmp_path: Path, clock: FakeClock) -> None:
-    log = open_log(tmp_path / "p-0", clock)
+def test_idempotent_retry_returns_original_offset(
+    make_engine: EngineFactory, clock: FakeClock
+) -> None:
+    log = make_engine(clock)
     assert append(log, batch(pid=7, seq=0)) == 0
     assert append(log, batch(pid=7, seq=2)) == 2
     # A retry of either of the last batches: same offsets, nothing appended.
@@ -62,11 +66,11 @@ def test_idempotent_retry_returns_original_offset(tmp_path: Path, clock: FakeClo
 
 
 def test_duplicate_beside_a_new_batch_is_refused_and_nothing_appended(
-    tmp_path: Path, clock: FakeClock
+    make_engine: EngineFactory, clock: FakeClock
 ) -> None:
     # Answering the duplicate's offsets for the whole append would acknowledge the new
     # batch without writing it.
-    log = open_log(tmp_path / "p-0", clock)
+    log = make_engine(clock)
     dup_data, dup_headers = batch(pid=7, seq=0)
     append(log, (bytearray(dup_data), list(dup_headers)))
     new_data, new_headers = batch(pid=7, seq=2, tag="new")
@@ -78,16 +82,18 @@ def test_duplicate_beside_a_new_batch_is_refused_and_nothing_appended(
     assert append(log, (new_data, new_headers)) == 2  # the new batch is still accepted alone
 
 
-def test_older_epoch_is_rejected(tmp_path: Path, clock: FakeClock) -> None:
-    log = open_log(tmp_path / "p-0", clock)
+def test_older_epoch_is_rejected(make_engine: EngineFactory, clock: FakeClock) -> None:
+    log = make_engine(clock)
     append(log, batch(pid=7, epoch=3, seq=0))
     with pytest.raises(KafkaError) as err:
         append(log, batch(pid=7, epoch=2, seq=2))
     assert err.value.code == ErrorCode.invalid_producer_epoch
 
 
-def test_open_transaction_holds_lso_and_abort_is_indexed(tmp_path: Path, clock: FakeClock) -> None:
-    log = open_log(tmp_path / "p-0", clock)
+def test_open_transaction_holds_lso_and_abort_is_indexed(
+    make_engine: EngineFactory, clock: FakeClock
+) -> None:
+    log = make_engine(clock)
     append(log, batch())  # 0-1 plain
     assert log.last_stable_offset == 2
     first = append(log, batch(pid=5, seq=0, txn=True))  # 2-3 in a transaction
@@ -104,8 +110,8 @@ def test_open_transaction_holds_lso_and_abort_is_indexed(tmp_path: Path, clock: 
     assert log.aborted_transactions(0, 2) == []  # began at 2: nothing below it
 
 
-def test_commit_leaves_no_aborted_entry(tmp_path: Path, clock: FakeClock) -> None:
-    log = open_log(tmp_path / "p-0", clock)
+def test_commit_leaves_no_aborted_entry(make_engine: EngineFactory, clock: FakeClock) -> None:
+    log = make_engine(clock)
     append(log, batch(pid=5, seq=0, txn=True))
     assert log.last_stable_offset == 0
     log.append_marker(5, 0, 0, commit=True)
@@ -113,8 +119,10 @@ def test_commit_leaves_no_aborted_entry(tmp_path: Path, clock: FakeClock) -> Non
     assert log.aborted_transactions(0, 10) == []
 
 
-def test_two_open_transactions_lso_is_the_earliest(tmp_path: Path, clock: FakeClock) -> None:
-    log = open_log(tmp_path / "p-0", clock)
+def test_two_open_transactions_lso_is_the_earliest(
+    make_engine: EngineFactory, clock: FakeClock
+) -> None:
+    log = make_engine(clock)
     append(log, batch(pid=1, seq=0, txn=True))  # 0-1
     append(log, batch(pid=2, seq=0, txn=True))  # 2-3
     assert log.last_stable_offset == 0
@@ -125,16 +133,16 @@ def test_two_open_transactions_lso_is_the_earliest(tmp_path: Path, clock: FakeCl
     assert [(a.producer_id, a.first_offset) for a in log.aborted_transactions(0, 6)] == [(2, 2)]
 
 
-def test_marker_with_older_epoch_is_refused(tmp_path: Path, clock: FakeClock) -> None:
-    log = open_log(tmp_path / "p-0", clock)
+def test_marker_with_older_epoch_is_refused(make_engine: EngineFactory, clock: FakeClock) -> None:
+    log = make_engine(clock)
     append(log, batch(pid=5, epoch=4, seq=0, txn=True))
     with pytest.raises(KafkaError) as err:
         log.append_marker(5, 3, 0, commit=True)
     assert err.value.code == ErrorCode.invalid_producer_epoch
 
 
-def test_fenced_coordinator_epoch_is_refused(tmp_path: Path, clock: FakeClock) -> None:
-    log = open_log(tmp_path / "p-0", clock)
+def test_fenced_coordinator_epoch_is_refused(make_engine: EngineFactory, clock: FakeClock) -> None:
+    log = make_engine(clock)
     append(log, batch(pid=5, seq=0, txn=True))
     log.append_marker(5, 0, 3, commit=True)
     append(log, batch(pid=5, seq=2, txn=True))

@@ -1,17 +1,17 @@
-"""UnifiedLog offsets a reader is told: the LSO never below the log start, and offsets by
+"""Engine offsets a reader is told: the LSO never below the log start, and offsets by
 timestamp bounded by the last fetchable offset (Kafka's Partition.fetchOffsetForTimestamp)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from oncelog.clock import FakeClock
-from oncelog.config import LogConfig
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
+from oncelog.storage.engine import IsolationLevel
 from oncelog.storage.unified_log import UnifiedLog
+from tests.unit.storage.conftest import EngineFactory
 
 T0 = FakeClock().now_ms()
+COMMITTED = IsolationLevel.READ_COMMITTED
 
 
 def append(log: UnifiedLog, ts: int, *, pid: int = -1, seq: int = -1, txn: bool = False) -> int:
@@ -27,35 +27,37 @@ def append(log: UnifiedLog, ts: int, *, pid: int = -1, seq: int = -1, txn: bool 
     return log.append(data, validate_batches(data, max_batch_bytes=10**7)).base_offset
 
 
-def test_lso_is_never_below_the_log_start(tmp_path: Path) -> None:
-    log = UnifiedLog.open(tmp_path / "p-0", LogConfig(segment_bytes=200), FakeClock())
+def test_lso_is_never_below_the_log_start(make_engine: EngineFactory) -> None:
+    log = make_engine(segment_bytes=200)
     assert append(log, T0, pid=5, seq=0, txn=True) == 0  # holds the LSO at 0
     for i in range(6):
         append(log, T0 + i)
-    assert len(log.log.segment_base_offsets()) > 2
+    assert log.log.segment_count > 2
     log.delete_records_before(3)  # the segment with the transaction's start goes
     assert log.log_start_offset > 0
     assert log.first_unstable_offset == 0
     assert log.last_stable_offset == log.log_start_offset
-    assert log.last_fetchable_offset(True) == log.log_start_offset
+    assert log.last_fetchable_offset(COMMITTED) == log.log_start_offset
     log.read(log.last_stable_offset, 1 << 20)  # in range: no OFFSET_OUT_OF_RANGE
     log.append_marker(5, 0, 0, commit=True)
     assert log.last_stable_offset == log.log_end_offset
 
 
-def test_offset_for_timestamp_under_read_committed_stops_below_the_lso(tmp_path: Path) -> None:
-    log = UnifiedLog.open(tmp_path / "p-0", LogConfig(), FakeClock())
+def test_offset_for_timestamp_under_read_committed_stops_below_the_lso(
+    engine: UnifiedLog,
+) -> None:
+    log = engine
     append(log, T0)  # 0
     append(log, T0 + 10, pid=5, seq=0, txn=True)  # 1, open: the LSO is 1
     append(log, T0 + 20)  # 2
     assert log.last_stable_offset == 1
     assert log.offset_for_timestamp(T0) == (0, T0)
-    assert log.offset_for_timestamp(T0, read_committed=True) == (0, T0)
+    assert log.offset_for_timestamp(T0, COMMITTED) == (0, T0)
     assert log.offset_for_timestamp(T0 + 5) == (1, T0 + 10)
-    assert log.offset_for_timestamp(T0 + 5, read_committed=True) is None
-    assert log.offset_for_timestamp(T0 + 15, read_committed=True) is None
+    assert log.offset_for_timestamp(T0 + 5, COMMITTED) is None
+    assert log.offset_for_timestamp(T0 + 15, COMMITTED) is None
     assert log.max_timestamp_offset() == (2, T0 + 20)
-    assert log.max_timestamp_offset(read_committed=True) is None
+    assert log.max_timestamp_offset(COMMITTED) is None
     log.append_marker(5, 0, 0, commit=True)
-    assert log.offset_for_timestamp(T0 + 5, read_committed=True) == (1, T0 + 10)
-    assert log.max_timestamp_offset(read_committed=True) == (2, T0 + 20)
+    assert log.offset_for_timestamp(T0 + 5, COMMITTED) == (1, T0 + 10)
+    assert log.max_timestamp_offset(COMMITTED) == (2, T0 + 20)

@@ -1,9 +1,11 @@
-"""Key/value stores over internal topics' partition logs: ``__consumer_offsets`` for the
-group coordinator and ``__transaction_state`` for the transaction coordinator.
+"""The store of both internal topics: key/value records over the partitions of
+``__consumer_offsets`` (for the group coordinator) and ``__transaction_state`` (for the
+transaction coordinator), written and read through the partition interface only.
 
-Appends go through the partition's normal append path (so producer state sees transactional
-offset commits as open transactions that a marker later ends); replays read everything from
-the log start to the log end, open and aborted transactions and markers included, because
+Appends go through the partition's normal append path, as AppendOrigin.COORDINATOR (so
+producer state sees transactional offset commits as open transactions that a marker later
+ends); replays read everything from the log start to the high watermark (the log end on one
+node), open and aborted transactions and markers included, because
 the coordinators rebuild their own view of pending and decided state.
 """
 
@@ -19,13 +21,14 @@ from oncelog.records.codec import RecordInput, iter_records
 from oncelog.records.codec import encode_batch as encode_records
 from oncelog.records.control import decode_control
 from oncelog.records.validate import validate_batches
+from oncelog.storage.engine import AppendOrigin
 
 READ_CHUNK = 4 * 1024 * 1024
 NO_LIMIT = 2**31 - 1
 
 
-class LogOffsetsStore:
-    """Appends and replays key/value records of an internal topic."""
+class InternalTopicStore:
+    """Appends and replays key/value records of one internal topic."""
 
     def __init__(self, registry: PartitionRegistry, topic: str, clock: Clock) -> None:
         self.registry = registry
@@ -69,9 +72,9 @@ class LogOffsetsStore:
         )
         headers = validate_batches(batch, max_batch_bytes=NO_LIMIT, allow_control=True)
         target = self.registry.get(self.topic, partition)
-        target.append(batch, headers, None, from_client=False)
-        if target.log.config.flush_messages <= 1:
-            target.log.flush()
+        target.append(batch, headers, origin=AppendOrigin.COORDINATOR)
+        if target.config.flush_messages <= 1:
+            target.flush()
 
     def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         for record in self.read_records(partition):
@@ -79,11 +82,11 @@ class LogOffsetsStore:
                 yield record.key, record.value
 
     def read_records(self, partition: int) -> Iterator[StoredRecord]:
-        plog = self.registry.get(self.topic, partition).log
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
+        source = self.registry.get(self.topic, partition)
+        offset = source.log_start_offset
+        end = source.high_watermark
         while offset < end:
-            result = plog.read(offset, READ_CHUNK, max_offset=end)
+            result = source.read(offset, READ_CHUNK)
             if not result.data:
                 break
             progressed = False

@@ -1,0 +1,47 @@
+"""The broker's services, as request handlers, the server and the metrics endpoint see them.
+
+``BrokerContext`` is a small frozen object holding what a handler may reach: the broker
+config, the clock, this node's identity, the partition registry, the group and transaction
+coordinators and the producer-id allocator. It is built once by ``Broker`` after start-up
+(when the port is bound and the data directory is loaded) and handed to the server and the
+metrics endpoint; handlers get it as ``ctx.services`` of their ``RequestContext``. Nothing
+here knows ``Broker``, so handlers can be called over a context built by a test (a real
+``PartitionRegistry`` in a tmp dir, fake or real coordinators) without sockets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from oncelog.broker.partitions import PartitionRegistry
+    from oncelog.clock import Clock
+    from oncelog.config import BrokerConfig
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
+    from oncelog.coordinator.producer_ids import ProducerIdManager
+    from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """Who this broker is to clients: its node id, the cluster it belongs to and the address
+    it advertises in Metadata and FindCoordinator."""
+
+    node_id: int
+    cluster_id: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerContext:
+    """The services a request handler may use (see the module docstring)."""
+
+    config: BrokerConfig
+    clock: Clock
+    node: NodeIdentity
+    partitions: PartitionRegistry
+    groups: GroupCoordinator
+    transactions: TransactionCoordinator
+    producer_ids: ProducerIdManager
