@@ -69,13 +69,13 @@ def _partitions_in(log_dir: Path) -> list[tuple[str, int]]:
     return found
 
 
-def dir_size(directory: Path) -> int:
-    """Bytes of the files directly in ``directory`` (a partition's segments and indexes)."""
+def log_size(directory: Path) -> int:
+    """Bytes of a partition's segment files (``*.log``), what Kafka calls the log's size."""
     total = 0
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(directory):
             with contextlib.suppress(FileNotFoundError):
-                if entry.is_file(follow_symlinks=False):
+                if entry.name.endswith(".log") and entry.is_file(follow_symlinks=False):
                     total += entry.stat(follow_symlinks=False).st_size
     return total
 
