@@ -298,6 +298,14 @@ class Partition:
     def flush(self) -> None:
         self.log.flush()
 
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (DeleteRecords), durably; the new
+        log start. Waiting read_committed fetches are woken: the LSO may have moved."""
+        before = self._offsets()
+        start = self.log.delete_records_before(offset)
+        self._maybe_wake(before)
+        return start
+
     # -- fetch waiters ----------------------------------------------------------------------
     def _offsets(self) -> tuple[int, int]:
         return self.log.high_watermark, self.log.last_stable_offset
