@@ -59,7 +59,7 @@ from oncelog.storage.checkpoint import LogCheckpoint, write_checkpoint, write_cl
 from oncelog.storage.files import fsync_directory
 from oncelog.storage.log_loader import load_log
 from oncelog.storage.log_search import max_timestamp_offset, offset_for_timestamp, read_batches
-from oncelog.storage.retention import segments_below, segments_to_delete
+from oncelog.storage.retention import segment_timestamp, segments_below, segments_to_delete
 from oncelog.storage.segment import INT32_MAX, LogSegment
 from oncelog.storage.txn_index import AbortedTxn
 
@@ -454,8 +454,14 @@ class PartitionLog:
         ``retention.segments_to_delete`` decides (below the log start offset, then by
         retention.ms, then by retention.bytes). Returns segments deleted."""
         self._check_open()
+        segments = self._segments
         count, reason = segments_to_delete(
-            self._segments, self._log_start_offset, self._config, self._clock
+            self._bases,
+            lambda i: segments[i].size,
+            lambda i: segment_timestamp(segments[i]),
+            self._log_start_offset,
+            self._config,
+            self._clock,
         )
         if count:
             self._delete_oldest(count, reason)
