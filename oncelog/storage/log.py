@@ -407,12 +407,7 @@ class PartitionLog:
         self._flush()
 
     def _flush(self, *, force_checkpoint: bool = False) -> None:
-        for segment in self._segments:
-            if segment.unflushed:
-                segment.flush()
-        if self._dir_dirty:
-            fsync_directory(self._directory)
-            self._dir_dirty = False
+        self._fsync(self._segments)
         self._recovery_point = self._segments[-1].next_offset
         self._last_flush_ms = self._clock.now_ms()
         self._write_checkpoint(force=force_checkpoint)
@@ -431,15 +426,20 @@ class PartitionLog:
         active = self._segments[-1]
         if self._recovery_point >= active.base_offset:
             return False
-        for segment in self._segments[:-1]:
+        self._fsync(self._segments[:-1])
+        self._recovery_point = active.base_offset
+        self._write_checkpoint()
+        return True
+
+    def _fsync(self, segments: list[LogSegment]) -> None:
+        """fsync the unflushed ones of ``segments``, then the directory if files came or
+        went since its last fsync."""
+        for segment in segments:
             if segment.unflushed:
                 segment.flush()
         if self._dir_dirty:
             fsync_directory(self._directory)
             self._dir_dirty = False
-        self._recovery_point = active.base_offset
-        self._write_checkpoint()
-        return True
 
     def _write_checkpoint(self, *, force: bool = False) -> None:
         checkpoint = LogCheckpoint(self._recovery_point, self._log_start_offset)
