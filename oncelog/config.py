@@ -533,7 +533,8 @@ class BrokerConfig:
         for name in key.synonyms:
             value, source = self.value_and_source(name)
             if value is not None:
-                return value * SYNONYM_UNIT_MS.get(name, 1), source
+                unit = SYNONYM_UNIT_MS.get(name)
+                return (value if unit is None else value * unit), source
         return key.default, ConfigSource.DEFAULT_CONFIG
 
     def topic_defaults(self) -> dict[str, str]:

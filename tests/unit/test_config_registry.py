@@ -16,6 +16,7 @@ ROOT = Path(oncelog.__file__).parent
 # The client and the Spark connector have their own registries (librdkafka's names).
 OWN_REGISTRY = ("client", "spark")
 DOTTED = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)+$")
+CONFIG_NAME = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")  # also one-word names (listeners)
 
 
 def broker_side_modules() -> list[tuple[Path, ast.Module]]:
@@ -61,7 +62,8 @@ def config_reads() -> set[str]:
 
 def names_mentioned_outside_the_registry() -> set[str]:
     """Every dotted string constant in the broker-side code, except the registry's own
-    definitions (a key named in a loop or a mapping, e.g. a topic config's synonyms, is read there)."""
+    definitions (a key named in a loop or a mapping, e.g. a topic config's synonyms, is
+    read there)."""
     mentioned: set[str] = set()
     for _, tree in broker_side_modules():
         skip: set[int] = set()
@@ -73,7 +75,7 @@ def names_mentioned_outside_the_registry() -> set[str]:
                     skip |= {id(n) for n in ast.walk(node)}
         for node in ast.walk(tree):
             if (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                    and DOTTED.match(node.value) and id(node) not in skip):
+                    and CONFIG_NAME.match(node.value) and id(node) not in skip):
                 mentioned.add(node.value)
     return mentioned
 
