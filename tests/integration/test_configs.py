@@ -171,6 +171,14 @@ def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
     return condition()
 
 
+def set_topic_config(admin: AdminClient, topic: str, name: str, value: str) -> None:
+    """IncrementalAlterConfigs SET through librdkafka's admin API."""
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(10)
+
+
 def test_alter_takes_effect_without_restart_and_survives_one(
     broker_factory: Callable[..., Any],
 ) -> None:
@@ -179,23 +187,11 @@ def test_alter_takes_effect_without_restart_and_survives_one(
     assert create(broker.bootstrap, "live", {}) == (0, None)
     produce(broker.bootstrap, "live", 3)
     assert len(segment_files(broker.data_dir, "live")) == 1
-    resource = ConfigResource(
-        ConfigResource.Type.TOPIC, "live",
-        incremental_configs=[ConfigEntry("segment.bytes", "300",
-                                         incremental_operation=AlterConfigOpType.SET)],
-    )
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(10)
+    set_topic_config(admin, "live", "segment.bytes", "300")
     produce(broker.bootstrap, "live", 6)
     rolled = len(segment_files(broker.data_dir, "live"))
     assert rolled > 2
-    resource = ConfigResource(
-        ConfigResource.Type.TOPIC, "live",
-        incremental_configs=[ConfigEntry("retention.ms", "1",
-                                         incremental_operation=AlterConfigOpType.SET)],
-    )
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(10)
+    set_topic_config(admin, "live", "retention.ms", "1")
     assert wait_until(lambda: len(segment_files(broker.data_dir, "live")) < rolled)
     broker.stop()
     broker.start()

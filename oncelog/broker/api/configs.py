@@ -220,50 +220,39 @@ def _alter_resource(
         raise KafkaError(ErrorCode.invalid_request, "unsupported resource type")
 
 
-def _responses(mod: Any, request: Any, results: list[tuple[Any, ErrorCode, str | None]]) -> Any:
-    return tuple(
-        make(
+def _alter_all(ctx: RequestContext, request: Any, api_key: int, incremental: bool) -> Any:
+    """Apply each resource's change in turn; one resource's error does not stop the rest."""
+    mod = response_module(api_key, ctx.api_version)
+    responses = []
+    for resource in request.resources:
+        code, message = ErrorCode.none, None
+        try:
+            if incremental:
+                ops = [(c.name, int(c.config_operation), c.value) for c in resource.configs]
+                _alter_resource(ctx.services, resource, ops, None, bool(request.validate_only))
+            else:
+                full = {c.name: c.value for c in resource.configs}
+                _alter_resource(ctx.services, resource, None, full, bool(request.validate_only))
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        responses.append(make(
             mod.AlterConfigsResourceResponse,
             error_code=code,
             error_message=message,
             resource_type=resource.resource_type,
             resource_name=resource.resource_name,
-        )
-        for resource, code, message in results
+        ))
+    response_cls = (
+        mod.IncrementalAlterConfigsResponse if incremental else mod.AlterConfigsResponse
     )
+    return make(response_cls, throttle_time=0, responses=tuple(responses))
 
 
 @handles(ALTER_CONFIGS, 0, 2)
 async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(ALTER_CONFIGS, ctx.api_version)
-    results = []
-    for resource in request.resources:
-        code, message = ErrorCode.none, None
-        try:
-            full = {c.name: c.value for c in resource.configs}
-            _alter_resource(ctx.services, resource, None, full, bool(request.validate_only))
-        except KafkaError as exc:
-            code, message = exc.code, exc.message
-        results.append((resource, code, message))
-    return make(
-        mod.AlterConfigsResponse, throttle_time=0, responses=_responses(mod, request, results)
-    )
+    return _alter_all(ctx, request, ALTER_CONFIGS, incremental=False)
 
 
 @handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
-    results = []
-    for resource in request.resources:
-        code, message = ErrorCode.none, None
-        try:
-            ops = [(c.name, int(c.config_operation), c.value) for c in resource.configs]
-            _alter_resource(ctx.services, resource, ops, None, bool(request.validate_only))
-        except KafkaError as exc:
-            code, message = exc.code, exc.message
-        results.append((resource, code, message))
-    return make(
-        mod.IncrementalAlterConfigsResponse,
-        throttle_time=0,
-        responses=_responses(mod, request, results),
-    )
+    return _alter_all(ctx, request, INCREMENTAL_ALTER_CONFIGS, incremental=True)
