@@ -184,6 +184,31 @@ def storage_engine_scheme(url: str) -> str:
     return scheme
 
 
+def _log_dirs_text(text: str) -> str:
+    if not split_log_dirs(text):
+        raise ValueError("log.dirs names no directory")
+    return text
+
+
+def split_log_dirs(text: str) -> list[str]:
+    """The directories of a ``log.dirs`` value (comma-separated, blanks dropped)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def log_dir_paths(config: BrokerConfig, data_dir: Path) -> list[Path]:
+    """Every log directory of this broker, absolute, ``data_dir`` first.
+
+    ``data_dir`` (``--data-dir``, or the first entry of ``log.dirs``) holds the catalog and
+    the broker's own files; a ``log.dirs`` set away from its default adds its entries."""
+    dirs = [data_dir.absolute()]
+    if config["log.dirs"] != BROKER_KEYS["log.dirs"].default:
+        for entry in split_log_dirs(config["log.dirs"]):
+            path = Path(entry).absolute()
+            if path not in dirs:
+                dirs.append(path)
+    return dirs
+
+
 def _engine_url(text: str) -> str:
     storage_engine_scheme(text)
     return text
@@ -325,7 +350,9 @@ SYNONYM_UNIT_MS: dict[str, int] = {
 CW = Dynamic.CLUSTER_WIDE
 _BROKER_KEYS = [
     _key("node.id", INT, 1, "This broker's id.", at_least=0),
-    _key("log.dirs", LS, "./data", "Directory holding this broker's data."),
+    _key("log.dirs", LS, "./data", "Comma-separated directories for partition data; new "
+         "partitions go to the one holding the fewest. The first (or --data-dir) also holds "
+         "topics.json.", parser=_log_dirs_text),
     _key("storage.engine", T, "file:", "Partition engine: file: (segments on disk) or "
          "memory: (lost on stop).", parser=_engine_url),
     _key("listeners", LS, "PLAINTEXT://:9092", "Address the broker listens on (from "
