@@ -96,6 +96,11 @@ BAD_BROKER_ALTERS: list[tuple[str, list[Op]]] = [
 ]
 
 
+def broker_applied(bootstrap: str, name: str, value: str) -> bool:
+    code, entries = describe(bootstrap, BROKER, "1", (name,))
+    return code == 0 and entries[name].value == value
+
+
 def conversation(bootstrap: str) -> list[Any]:
     """One fixed sequence of config requests; every answer, in order."""
     answers: list[Any] = [create(bootstrap, "cfg", {"retention.ms": "5000"})]
@@ -106,6 +111,8 @@ def conversation(bootstrap: str) -> list[Any]:
     answers += [incremental(bootstrap, BROKER, n, ops, True) for n, ops in BAD_BROKER_ALTERS]
     answers.append(incremental(bootstrap, BROKER, "", [("log.retention.ms", 0, "123456")]))
     answers.append(incremental(bootstrap, BROKER, "1", [("log.retention.ms", 0, "654321")]))
+    # Kafka applies broker changes through its metadata log, a moment after answering.
+    assert wait_until(lambda: broker_applied(bootstrap, "log.retention.ms", "654321"))
     keys = ("retention.ms", "cleanup.policy", "segment.ms", "max.message.bytes",
             "compression.type")
     code, entries = describe(bootstrap, TOPIC, "cfg", keys)
