@@ -48,7 +48,7 @@ def encodes(api_key: int, version: int, response: Any) -> None:
     assert encode_response(api_key, version, 1, response)[:4] != b"\0\0\0\0"
 
 
-async def answer(pending: Awaitable[T]) -> T:
+async def awaited(pending: Awaitable[T]) -> T:
     """Await a handler's answer: ``@handles`` types a handler as returning an Awaitable, and
     asyncio.run takes only a coroutine."""
     return await pending
@@ -223,7 +223,7 @@ def test_write_txn_markers_is_refused_to_clients(tmp_path: Path) -> None:
              coordinator_epoch=0, topics=(
                  make(mod.WritableTxnMarkerTopic, name="a", partition_indexes=(0, 1)),)),
     ))
-    response = asyncio.run(answer(transactions.handle_write_txn_markers(
+    response = asyncio.run(awaited(transactions.handle_write_txn_markers(
         ctx_for(env, versions.WRITE_TXN_MARKERS, v), request)))
     encodes(versions.WRITE_TXN_MARKERS, v, response)
     codes = [p.error_code for m in response.markers for t in m.topics for p in t.partitions]
@@ -252,7 +252,7 @@ def test_client_abort_marker_cannot_raise_the_coordinator_epoch(tmp_path: Path) 
                  transaction_result=False, coordinator_epoch=coordinator_epoch, topics=(
                      make(mod.WritableTxnMarkerTopic, name="a", partition_indexes=(0,)),)),
         ))
-        response = asyncio.run(answer(transactions.handle_write_txn_markers(ctx, request)))
+        response = asyncio.run(awaited(transactions.handle_write_txn_markers(ctx, request)))
         return [p.error_code for m in response.markers for t in m.topics for p in t.partitions]
 
     assert env.coord.coordinator_epoch == 0
