@@ -47,6 +47,31 @@ def storage_engine_scheme(url: str) -> str:
     return scheme
 
 
+def _log_dirs_text(text: str) -> str:
+    if not split_log_dirs(text):
+        raise ValueError("log.dirs names no directory")
+    return text
+
+
+def split_log_dirs(text: str) -> list[str]:
+    """The directories of a ``log.dirs`` value (comma-separated, blanks dropped)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def log_dir_paths(config: BrokerConfig, data_dir: Path) -> list[Path]:
+    """Every log directory of this broker, absolute, ``data_dir`` first.
+
+    ``data_dir`` (``--data-dir``, or the first entry of ``log.dirs``) holds the catalog and
+    the broker's own files; a ``log.dirs`` set away from its default adds its entries."""
+    dirs = [data_dir.absolute()]
+    if config["log.dirs"] != BROKER_KEYS["log.dirs"].default:
+        for entry in split_log_dirs(config["log.dirs"]):
+            path = Path(entry).absolute()
+            if path not in dirs:
+                dirs.append(path)
+    return dirs
+
+
 def _engine_url(text: str) -> str:
     storage_engine_scheme(text)
     return text
@@ -94,7 +119,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in [
         _key("node.id", int, 1, "The node id of this broker.", at_least=0),
-        _key("log.dirs", str, "./data", "Where partition data lives."),
+        _key(
+            "log.dirs",
+            _log_dirs_text,
+            "./data",
+            "Comma-separated directories for partition data; new partitions go to the one "
+            "holding the fewest partitions. The first (or --data-dir) also holds topics.json.",
+        ),
         _key(
             "storage.engine",
             _engine_url,

@@ -1,7 +1,9 @@
 """The partition registry: which topics exist, their partitions' logs, and fetch wake-ups.
 
 Topics are kept in a small catalog file (``topics.json``) written atomically; each
-partition's data lives in ``<data-dir>/<topic>-<partition>/`` (see oncelog.storage).
+partition's data lives in ``<log-dir>/<topic>-<partition>/`` (see oncelog.storage), in one
+of the log directories (``log.dirs``): a new partition goes to the directory holding the
+fewest, and ``move_partition`` moves one between them (AlterReplicaLogDirs).
 On a single node the high watermark is the log end offset once an append has returned.
 """
 
@@ -11,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import re
 import shutil
 import uuid
@@ -22,14 +25,14 @@ from typing import Any, cast
 
 from oncelog.broker.datadir import DataDirError
 from oncelog.clock import Clock
-from oncelog.config import BrokerConfig, LogConfig
+from oncelog.config import BrokerConfig, LogConfig, log_dir_paths
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import io_fault
 from oncelog.internal_topics import INTERNAL_TOPICS
 from oncelog.records.batch import BatchHeader
 from oncelog.storage.engine import AppendOrigin, FetchResult, IsolationLevel
 from oncelog.storage.engines import open_engine
-from oncelog.storage.files import atomic_write
+from oncelog.storage.files import atomic_write, fsync_directory
 from oncelog.storage.log import AppendResult
 from oncelog.storage.producer_state import ProducerInfo
 from oncelog.storage.unified_log import SnapshotJob, UnifiedLog
@@ -42,17 +45,39 @@ CATALOG_FILE = "topics.json"
 
 
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<index>[0-9]+)$")
+# A partition being moved in (copied, not yet renamed) or out (renamed, not yet removed):
+# '~' cannot appear in a topic name, so these never look like a partition directory.
+MOVING_SUFFIX = "~moving"
+REMOVING_SUFFIX = "~removing"
 
 
-def _partition_dirs(data_dir: Path) -> dict[str, int]:
+def _partition_dirs(log_dirs: list[Path]) -> dict[str, int]:
     """Topic name -> partition count, from the ``<topic>-<partition>`` directories."""
     counts: dict[str, int] = {}
-    for entry in data_dir.iterdir():
-        match = _PARTITION_DIR.match(entry.name)
-        if match and entry.is_dir():
-            topic, index = match["topic"], int(match["index"])
+    for log_dir in log_dirs:
+        for topic, index in _partitions_in(log_dir):
             counts[topic] = max(counts.get(topic, 0), index + 1)
     return counts
+
+
+def _partitions_in(log_dir: Path) -> list[tuple[str, int]]:
+    found = []
+    for entry in log_dir.iterdir():
+        match = _PARTITION_DIR.match(entry.name)
+        if match and entry.is_dir():
+            found.append((match["topic"], int(match["index"])))
+    return found
+
+
+def log_size(directory: Path) -> int:
+    """Bytes of a partition's segment files (``*.log``), what Kafka calls the log's size."""
+    total = 0
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(directory):
+            with contextlib.suppress(FileNotFoundError):
+                if entry.name.endswith(".log") and entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+    return total
 
 
 def _read_catalog(path: Path) -> dict[str, TopicInfo]:
@@ -146,11 +171,15 @@ class Partition:
     ``offline`` says why the partition was taken offline, None while it is healthy.
     """
 
-    __slots__ = ("_waiters", "index", "log", "offline", "raw_log", "topic")
+    __slots__ = ("_waiters", "index", "log", "log_dir", "offline", "raw_log", "topic")
 
-    def __init__(self, topic: str, index: int, log: UnifiedLog) -> None:
+    def __init__(
+        self, topic: str, index: int, log: UnifiedLog, log_dir: Path | None = None
+    ) -> None:
         self.topic = topic
         self.index = index
+        # The log directory (of log.dirs) holding this partition.
+        self.log_dir = log_dir if log_dir is not None else log.directory.parent
         self.raw_log = log
         self.log: UnifiedLog = cast(UnifiedLog, _GuardedLog(log, self))
         self.offline: str | None = None
@@ -162,6 +191,12 @@ class Partition:
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.index}"
+
+    def replace_log(self, log: UnifiedLog, log_dir: Path) -> None:
+        """Continue on ``log`` (the same partition reopened in ``log_dir`` after a move)."""
+        self.raw_log = log
+        self.log = cast(UnifiedLog, _GuardedLog(log, self))
+        self.log_dir = log_dir
 
     def take_offline(self, operation: str, exc: OSError) -> None:
         """Stop using this partition's files after an I/O error (until a restart)."""
@@ -305,6 +340,8 @@ class PartitionRegistry:
 
     def __init__(self, data_dir: Path, config: BrokerConfig, clock: Clock) -> None:
         self.data_dir = data_dir
+        # data_dir first; log.dirs may add more (see oncelog.config.log_dir_paths).
+        self.log_dirs = log_dir_paths(config, data_dir)
         self.config = config
         self.clock = clock
         self.topics: dict[str, TopicInfo] = {}
@@ -326,25 +363,29 @@ class PartitionRegistry:
         configs (``internal_configs`` for internal topics), and a warning saying so. A
         catalog that cannot be read refuses the start (DataDirError) with how to recover.
         """
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        locations = self._recover_locations()
         path = self.data_dir / CATALOG_FILE
         if path.exists():
             self.topics = _read_catalog(path)
-        elif _partition_dirs(self.data_dir):
+        elif _partition_dirs(self.log_dirs):
             log.warning("%s is missing; rebuilding the topic list from the partition "
-                        "directories in %s", path, self.data_dir)
+                        "directories in %s", path, ", ".join(map(str, self.log_dirs)))
         if self._adopt_partition_dirs(internal_configs or {}):
             self._write_catalog()
         for info in self.topics.values():
             log_config = LogConfig.resolve(self.config, info.configs)
             for index in range(info.partitions):
-                self._open_partition(info.name, index, log_config)
+                self._open_partition(
+                    info.name, index, log_config, locations.get((info.name, index))
+                )
         log.info("loaded %d topics, %d partitions", len(self.topics), len(self._partitions))
 
     def _adopt_partition_dirs(self, internal_configs: Mapping[str, Mapping[str, str]]) -> bool:
         """Add to the catalog what the partition directories show it lacks; True if any."""
         changed = False
-        for topic, count in sorted(_partition_dirs(self.data_dir).items()):
+        for topic, count in sorted(_partition_dirs(self.log_dirs).items()):
             info = self.topics.get(topic)
             if info is None:
                 configs = dict(internal_configs.get(topic, {}))
@@ -381,9 +422,42 @@ class PartitionRegistry:
         path = self.data_dir / CATALOG_FILE
         atomic_write(path, json.dumps(payload, indent=1).encode())
 
-    def _open_partition(self, topic: str, index: int, log_config: LogConfig) -> Partition:
-        directory = self.data_dir / f"{topic}-{index}"
-        log = open_engine(
+    def _recover_locations(self) -> dict[tuple[str, int], Path]:
+        """Where each partition directory is, after finishing what a crash cut short.
+
+        A move copies into ``<target>/<name>~moving``, renames that to ``<name>``, renames
+        the source to ``<name>~removing`` and removes it. Leftover ``~moving`` copies are
+        incomplete (the source is intact): removed. ``~removing`` ones are finished moves:
+        removed. A partition found in two directories (a crash between the two renames) has
+        two identical copies (its log was closed before the copy): the first is kept."""
+        locations: dict[tuple[str, int], Path] = {}
+        for log_dir in self.log_dirs:
+            for entry in log_dir.iterdir():
+                if entry.name.endswith((MOVING_SUFFIX, REMOVING_SUFFIX)) and entry.is_dir():
+                    log.warning("removing %s, left by a partition move cut short", entry)
+                    shutil.rmtree(entry)
+            for key in _partitions_in(log_dir):
+                if key in locations:
+                    duplicate = log_dir / f"{key[0]}-{key[1]}"
+                    log.warning(
+                        "partition %s-%d is in both %s and %s (a move cut short after its "
+                        "copy was complete): keeping %s, removing %s",
+                        key[0], key[1], locations[key], log_dir, locations[key], duplicate,
+                    )
+                    shutil.rmtree(duplicate)
+                    continue
+                locations[key] = log_dir
+        return locations
+
+    def _next_log_dir(self) -> Path:
+        """The log directory holding the fewest partitions (the first of those tied)."""
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for partition in self._partitions.values():
+            counts[partition.log_dir] = counts.get(partition.log_dir, 0) + 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def _open_engine(self, directory: Path, log_config: LogConfig) -> UnifiedLog:
+        return open_engine(
             self.config["storage.engine"],
             directory,
             log_config,
@@ -391,9 +465,57 @@ class PartitionRegistry:
             producer_id_expiration_ms=int(self.config["producer.id.expiration.ms"]),
             snapshot_writer=self._write_snapshot,
         )
-        partition = Partition(topic, index, log)
+
+    def _open_partition(
+        self, topic: str, index: int, log_config: LogConfig, log_dir: Path | None = None
+    ) -> Partition:
+        log_dir = log_dir or self._next_log_dir()
+        log = self._open_engine(log_dir / f"{topic}-{index}", log_config)
+        partition = Partition(topic, index, log, log_dir)
         self._partitions[(topic, index)] = partition
         return partition
+
+    # -- log directories ------------------------------------------------------------------
+    def log_dir_named(self, path: str) -> Path | None:
+        """The log directory whose absolute path is ``path``; None if none is."""
+        if not os.path.isabs(path):
+            return None
+        wanted = Path(os.path.normpath(path))
+        return next((d for d in self.log_dirs if d == wanted), None)
+
+    def move_partition(self, topic: str, index: int, target: Path) -> None:
+        """Move a partition's directory to the log directory ``target`` (AlterReplicaLogDirs).
+
+        The log is closed, its directory copied (a rename on the same file system) to
+        ``target`` durably, and reopened there; the partition object stays the same, so
+        waiting fetches and producer state carry on. Runs on the event loop: nothing can
+        append while the partition is between its two places."""
+        partition = self.get(topic, index)
+        if partition.log_dir == target:
+            return
+        source = partition.log_dir / partition.name
+        final = target / partition.name
+        staging = target / (partition.name + MOVING_SUFFIX)
+        removing = partition.log_dir / (partition.name + REMOVING_SUFFIX)
+        self._snapshots.submit(lambda: None).result()  # no snapshot job left for the source
+        partition.log.close()
+        log_config = partition.config
+        try:
+            if self.config["storage.engine"].startswith("file"):
+                io_fault("move_partition", partition.name)
+                _copy_durably(source, staging)
+                staging.rename(final)
+                fsync_directory(target)
+                source.rename(removing)
+                fsync_directory(partition.log_dir)
+                shutil.rmtree(removing)
+            reopened = self._open_engine(final, log_config)
+        except OSError as exc:
+            partition.take_offline("move_partition", exc)
+            raise partition.storage_error() from exc
+        old_dir = partition.log_dir
+        partition.replace_log(reopened, target)
+        log.info("moved partition %s from %s to %s", partition.name, old_dir, target)
 
     # -- lookups ------------------------------------------------------------------------
     def get(self, topic: str, index: int) -> Partition:
@@ -480,8 +602,9 @@ class PartitionRegistry:
                 with contextlib.suppress(OSError):  # the rmtree below is the fallback
                     partition.raw_log.delete()
         # Remove any directory the log did not (e.g. a partially created one).
-        for index in range(info.partitions):
-            shutil.rmtree(self.data_dir / f"{name}-{index}", ignore_errors=True)
+        for log_dir in self.log_dirs:
+            for index in range(info.partitions):
+                shutil.rmtree(log_dir / f"{name}-{index}", ignore_errors=True)
         log.info("deleted topic %s", name)
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
@@ -548,3 +671,17 @@ class PartitionRegistry:
             partition.wake_waiters()
         self._each_online(close)
         self._snapshots.shutdown(wait=True)
+
+
+def _copy_durably(source: Path, staging: Path) -> None:
+    """Copy a partition directory's files to ``staging`` and fsync them and it."""
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for entry in sorted(source.iterdir()):
+        if not entry.is_file():
+            continue
+        copied = staging / entry.name
+        shutil.copyfile(entry, copied)
+        with open(copied, "rb+") as handle:
+            os.fsync(handle.fileno())
+    fsync_directory(staging)

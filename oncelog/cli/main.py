@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from oncelog.config import BrokerConfig
+from oncelog.config import BrokerConfig, split_log_dirs
 
 NONROUTABLE_HOSTS = frozenset({"0.0.0.0", "::"})
 
@@ -77,7 +77,7 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    data_dir = args.data_dir or Path(config["log.dirs"])
+    data_dir = args.data_dir or Path(split_log_dirs(config["log.dirs"])[0])
     broker = Broker(
         config,
         data_dir=data_dir,

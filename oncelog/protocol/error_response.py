@@ -43,12 +43,18 @@ _LIST_SOURCES: dict[str, tuple[str, ...]] = {
     "results": ("topics", "resources", "groups_names", "partitions"),
     "coordinators": ("coordinator_keys",),
     "transaction_states": ("transactional_ids",),
+    "replica_election_results": ("topic_partitions",),
+    "partition_result": ("partitions",),
 }
+# Request lists of lists a response list is mirrored from, flattened (AlterReplicaLogDirs:
+# its results are per topic, its request's topics per target directory).
+_NESTED_SOURCES: dict[str, tuple[str, str]] = {"results": ("dirs", "topics")}
 # Request fields a response key is copied from, when their names differ.
 _KEY_SOURCES: dict[str, tuple[str, ...]] = {
     "partition_index": ("partition", "index"),
     "name": ("topic",),
     "topic": ("name",),
+    "topic_name": ("name",),
 }
 _UNKNOWN_IS_MINUS_ONE = ("_id", "offset", "epoch", "timestamp", "watermark")
 _EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
@@ -127,6 +133,10 @@ def _build_entry(cls: type, item: Any, code: ErrorCode, message: str | None) -> 
 def _source_list(name: str, source: Any) -> tuple[Any, ...]:
     if source is None:
         return ()
+    outer, inner = _NESTED_SOURCES.get(name, ("", ""))
+    groups = getattr(source, outer, None) if outer else None
+    if isinstance(groups, tuple):
+        return tuple(item for group in groups for item in getattr(group, inner, ()))
     for candidate in (name, *_LIST_SOURCES.get(name, ())):
         value = getattr(source, candidate, None)
         if isinstance(value, tuple):

@@ -66,7 +66,10 @@ def _plan(cls: type) -> tuple[tuple[Step, ...], dict[int, Step], bool]:
     for f in fields(cls):
         inner, is_array = _unwrap(f.type)
         if is_dataclass(inner):
-            step: Step = (-1, "entity", is_array, inner)
+            # A nullable struct field (e.g. DescribeTopicPartitions' cursor) is preceded by
+            # an int8 saying whether it is there (-1: null).
+            nullable = not is_array and get_origin(f.type) in (UnionType, Union)
+            step: Step = (-1, "nullable_entity" if nullable else "entity", is_array, inner)
         else:
             kafka_type = f.metadata["kafka_type"]
             step = (_FIXED.get(kafka_type, -1), kafka_type, is_array, None)
@@ -104,6 +107,12 @@ def _value(buf: bytes | memoryview, pos: int, end: int, step: Step, flexible: bo
     fixed, kafka_type, _, entity = step
     if fixed >= 0:
         pos += fixed
+    elif kafka_type == "nullable_entity":
+        if pos >= end:
+            raise _bad("truncated nullable struct")
+        if buf[pos] == 0xFF:
+            return pos + 1
+        pos = skim(entity, buf, pos + 1, end)
     elif entity is not None:
         pos = skim(entity, buf, pos, end)
     elif kafka_type == "string":

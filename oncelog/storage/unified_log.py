@@ -3,7 +3,7 @@ index, high watermark and LSO, kept consistent. The one place where the append o
 written down, for every store: ``UnifiedLog.open`` is the file engine (segments on disk,
 ``oncelog.storage.log``), ``oncelog.storage.memory_engine`` the in-memory one.
 
-Append order for data batches (see ../shared/STYLE.md):
+Append order for data batches (docs/architecture.md; Kafka's UnifiedLog.append):
   1. validate producer state for every batch with a producer id, changing nothing
      (clients: epochs and sequences; coordinators: the epoch only; replication: nothing);
   2. a retried batch (same producer, epoch and sequences as one of its last 5) is answered

@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.replica_assignment import added_partitions_assignment, topic_assignment
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
@@ -31,9 +32,13 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, "topic listed twice in one request")
             seen.add(topic.name)
+            num_partitions = int(topic.num_partitions)
             if topic.assignments:
-                raise KafkaError(
-                    ErrorCode.invalid_replica_assignment, "manual assignment is not supported"
+                num_partitions, _ = topic_assignment(
+                    [(int(a.partition_index), a.broker_ids) for a in topic.assignments],
+                    num_partitions,
+                    int(topic.replication_factor),
+                    live_brokers(ctx),
                 )
             configs = {}
             for c in topic.configs:
@@ -42,9 +47,9 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 configs[c.name] = c.value
             info = registry.create_topic(
                 topic.name,
-                int(topic.num_partitions),
+                num_partitions,
                 configs,
-                replication_factor=int(topic.replication_factor),
+                replication_factor=-1 if topic.assignments else int(topic.replication_factor),
                 validate_only=bool(request.validate_only),
             )
             topic_id, partitions = info.topic_id, info.partitions
@@ -75,6 +80,11 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             )
         )
     return make(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
+
+
+def live_brokers(ctx: RequestContext) -> frozenset[int]:
+    """The brokers a replica assignment may name: this node."""
+    return frozenset((ctx.services.node.node_id,))
 
 
 def _topic_config_values(ctx: RequestContext, overrides: dict[str, str]) -> dict[str, str]:
@@ -129,9 +139,13 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         code, message = ErrorCode.none, None
         try:
-            if topic.assignments:
-                raise KafkaError(
-                    ErrorCode.invalid_replica_assignment, "manual assignment is not supported"
+            if topic.assignments is not None:
+                registry.create_partitions(topic.name, int(topic.count), validate_only=True)
+                added_partitions_assignment(
+                    [a.broker_ids for a in topic.assignments],
+                    int(topic.count) - registry.topics[topic.name].partitions,
+                    1,  # every partition has this node as its one replica
+                    live_brokers(ctx),
                 )
             registry.create_partitions(
                 topic.name, int(topic.count), validate_only=bool(request.validate_only)

@@ -1,0 +1,342 @@
+"""Partition and cluster administration, answered as a single-node Kafka answers it.
+
+DescribeCluster, DescribeTopicPartitions (KIP-966, paged), ElectLeaders (this node leads
+every partition, so no election is ever needed), List/AlterPartitionReassignments (one
+node: none in progress; a reassignment to this node alone is already done),
+DescribeLogDirs (real sizes per log directory) and AlterReplicaLogDirs (moves a partition
+between the directories of ``log.dirs``, see ``PartitionRegistry.move_partition``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.api.admin import live_brokers
+from oncelog.broker.api.authorized import (
+    NOT_REQUESTED,
+    RESOURCE_CLUSTER,
+    RESOURCE_TOPIC,
+    authorized_operations,
+)
+from oncelog.broker.partitions import Partition, PartitionRegistry, log_size
+from oncelog.broker.replica_assignment import check_replicas
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol import versions
+from oncelog.protocol.build import make, response_module
+
+log = logging.getLogger(__name__)
+
+ZERO_UUID = uuid.UUID(int=0)
+ENDPOINT_BROKERS = 1
+# Kafka's max.request.partition.size.limit default: the most partitions one
+# DescribeTopicPartitions answer holds, whatever the request asks.
+MAX_PARTITIONS_PER_PAGE = 2000
+
+
+# -- DescribeCluster -----------------------------------------------------------------------
+@handles(versions.DESCRIBE_CLUSTER, 0, 2)
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.DESCRIBE_CLUSTER, ctx.api_version)
+    node = ctx.services.node
+    endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_BROKERS))
+    if endpoint_type != ENDPOINT_BROKERS:
+        return make(
+            mod.DescribeClusterResponse,
+            throttle_time=0,
+            error_code=ErrorCode.mismatched_endpoint_type,
+            error_message="The request was sent to an endpoint of type BROKER, but we wanted "
+            "an endpoint of type CONTROLLER",
+            endpoint_type=ENDPOINT_BROKERS,
+            cluster_id="",
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=NOT_REQUESTED,
+        )
+    broker = make(
+        mod.DescribeClusterBroker,
+        broker_id=node.node_id,
+        host=node.host,
+        port=node.port,
+        rack=None,
+        is_fenced=False,
+    )
+    wanted = bool(request.include_cluster_authorized_operations)
+    return make(
+        mod.DescribeClusterResponse,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=ENDPOINT_BROKERS,
+        cluster_id=node.cluster_id,
+        controller_id=node.node_id,
+        brokers=(broker,),
+        cluster_authorized_operations=(
+            authorized_operations(RESOURCE_CLUSTER) if wanted else NOT_REQUESTED
+        ),
+    )
+
+
+# -- DescribeTopicPartitions ---------------------------------------------------------------
+@handles(versions.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
+async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.DESCRIBE_TOPIC_PARTITIONS, ctx.api_version)
+    registry = ctx.services.partitions
+    node_id = ctx.services.node.node_id
+    names = sorted({t.name for t in request.topics} if request.topics else registry.topics)
+    cursor = request.cursor
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    budget = max(0, min(int(request.response_partition_limit), MAX_PARTITIONS_PER_PAGE))
+    topics: list[Any] = []
+    next_cursor = None
+    for name in names:
+        info = registry.topics.get(name)
+        if info is None:
+            topics.append(
+                make(
+                    mod.DescribeTopicPartitionsResponseTopic,
+                    error_code=ErrorCode.unknown_topic_or_partition,
+                    name=name,
+                    topic_id=ZERO_UUID,
+                    is_internal=False,
+                    partitions=(),
+                    topic_authorized_operations=authorized_operations(RESOURCE_TOPIC),
+                )
+            )
+            continue
+        first = int(cursor.partition_index) if cursor and name == cursor.topic_name else 0
+        if budget == 0 and first < info.partitions:
+            next_cursor = make(mod.Cursor, topic_name=name, partition_index=first)
+            break
+        last = min(info.partitions, first + budget)
+        budget -= last - first
+        topics.append(
+            make(
+                mod.DescribeTopicPartitionsResponseTopic,
+                error_code=ErrorCode.none,
+                name=name,
+                topic_id=info.topic_id,
+                is_internal=info.internal,
+                partitions=tuple(
+                    _described_partition(mod, registry.find(name, index), index, node_id)
+                    for index in range(first, last)
+                ),
+                topic_authorized_operations=authorized_operations(RESOURCE_TOPIC),
+            )
+        )
+        if last < info.partitions:
+            next_cursor = make(mod.Cursor, topic_name=name, partition_index=last)
+            break
+    return make(
+        mod.DescribeTopicPartitionsResponse,
+        throttle_time=0,
+        topics=tuple(topics),
+        next_cursor=next_cursor,
+    )
+
+
+def _described_partition(mod: Any, partition: Partition | None, index: int, node_id: int) -> Any:
+    offline = partition is None or partition.offline is not None
+    return make(
+        mod.DescribeTopicPartitionsResponsePartition,
+        error_code=ErrorCode.none,
+        partition_index=index,
+        leader_id=-1 if offline else node_id,
+        leader_epoch=0,
+        replica_nodes=(node_id,),
+        isr_nodes=() if offline else (node_id,),
+        eligible_leader_replicas=(),
+        last_known_elr=(),
+        offline_replicas=(node_id,) if offline else (),
+    )
+
+
+# -- ElectLeaders ----------------------------------------------------------------------------
+@handles(versions.ELECT_LEADERS, 0, 2)
+async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.ELECT_LEADERS, ctx.api_version)
+    registry = ctx.services.partitions
+    results = []
+    if request.topic_partitions is None:
+        # Every partition; as in Kafka, those needing no election are left out.
+        results = [
+            make(mod.ReplicaElectionResult, topic=name, partition_result=())
+            for name in registry.topics
+        ]
+    else:
+        for entry in request.topic_partitions:
+            outcome = []
+            for index in entry.partitions:
+                code, message = _election(registry, entry.topic, int(index))
+                outcome.append(
+                    make(
+                        mod.PartitionResult,
+                        partition_id=index,
+                        error_code=code,
+                        error_message=message,
+                    )
+                )
+            results.append(
+                make(mod.ReplicaElectionResult, topic=entry.topic, partition_result=tuple(outcome))
+            )
+    return make(
+        mod.ElectLeadersResponse,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        replica_election_results=tuple(results),
+    )
+
+
+def _election(registry: PartitionRegistry, topic: str, index: int) -> tuple[ErrorCode, str]:
+    info = registry.topics.get(topic)
+    if info is None:
+        return ErrorCode.unknown_topic_or_partition, f"No such topic as {topic}"
+    if not 0 <= index < info.partitions:
+        return ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{index}"
+    return ErrorCode.election_not_needed, "Leader election not needed for topic partition."
+
+
+# -- partition reassignments ---------------------------------------------------------------
+@handles(versions.LIST_PARTITION_REASSIGNMENTS, 0, 0)
+async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
+    # One node: a reassignment completes when it is accepted, so none is ever ongoing.
+    return make(
+        mod.ListPartitionReassignmentsResponse,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        error_message=None,
+        topics=(),
+    )
+
+
+@handles(versions.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
+async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.ALTER_PARTITION_REASSIGNMENTS, ctx.api_version)
+    registry = ctx.services.partitions
+    live = live_brokers(ctx)
+    responses = []
+    for topic in request.topics:
+        outcome = []
+        for entry in topic.partitions:
+            code: ErrorCode = ErrorCode.none
+            message: str | None = None
+            info = registry.topics.get(topic.name)
+            if info is None:
+                code = ErrorCode.unknown_topic_or_partition
+                message = f"Unable to find a topic named {topic.name}."
+            elif not 0 <= int(entry.partition_index) < info.partitions:
+                code = ErrorCode.unknown_topic_or_partition
+                message = f"Unable to find partition {topic.name}:{entry.partition_index}."
+            elif entry.replicas is None:
+                code = ErrorCode.no_reassignment_in_progress
+            else:
+                try:
+                    check_replicas(entry.replicas, live, None)
+                except KafkaError as exc:
+                    code, message = exc.code, exc.message
+            outcome.append(
+                make(
+                    mod.ReassignablePartitionResponse,
+                    partition_index=entry.partition_index,
+                    error_code=code,
+                    error_message=message,
+                )
+            )
+        responses.append(
+            make(mod.ReassignableTopicResponse, name=topic.name, partitions=tuple(outcome))
+        )
+    return make(
+        mod.AlterPartitionReassignmentsResponse,
+        throttle_time=0,
+        allow_replication_factor_change=getattr(request, "allow_replication_factor_change", True),
+        error_code=ErrorCode.none,
+        error_message=None,
+        responses=tuple(responses),
+    )
+
+
+# -- log directories -------------------------------------------------------------------------
+@handles(versions.DESCRIBE_LOG_DIRS, 1, 5)
+async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.DESCRIBE_LOG_DIRS, ctx.api_version)
+    registry = ctx.services.partitions
+    wanted: set[tuple[str, int]] | None = None
+    if request.topics is not None:
+        wanted = {(t.topic, int(p)) for t in request.topics for p in t.partitions}
+    by_dir: dict[Path, dict[str, list[Any]]] = {d: {} for d in registry.log_dirs}
+    for partition in registry.partitions():
+        if wanted is not None and (partition.topic, partition.index) not in wanted:
+            continue
+        by_dir.setdefault(partition.log_dir, {}).setdefault(partition.topic, []).append(
+            make(
+                mod.DescribeLogDirsPartition,
+                partition_index=partition.index,
+                partition_size=log_size(partition.log_dir / partition.name),
+                offset_lag=0,
+                is_future_key=False,
+            )
+        )
+    results = []
+    for log_dir, topics in by_dir.items():
+        try:
+            usage = shutil.disk_usage(log_dir)
+            code, total, usable = ErrorCode.none, usage.total, usage.free
+        except OSError as exc:
+            log.warning("cannot read the disk usage of log dir %s: %s", log_dir, exc)
+            code, total, usable = ErrorCode.kafka_storage_error, -1, -1
+        results.append(
+            make(
+                mod.DescribeLogDirsResult,
+                error_code=code,
+                log_dir=str(log_dir),
+                topics=tuple(
+                    make(mod.DescribeLogDirsTopic, name=name, partitions=tuple(parts))
+                    for name, parts in topics.items()
+                ),
+                total_bytes=total,
+                usable_bytes=usable,
+                is_cordoned=False,
+            )
+        )
+    return make(
+        mod.DescribeLogDirsResponse,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        results=tuple(results),
+    )
+
+
+@handles(versions.ALTER_REPLICA_LOG_DIRS, 1, 2)
+async def handle_alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(versions.ALTER_REPLICA_LOG_DIRS, ctx.api_version)
+    registry = ctx.services.partitions
+    results = []
+    for entry in request.dirs:
+        target = registry.log_dir_named(entry.path)
+        for topic in entry.topics:
+            outcome = []
+            for index in topic.partitions:
+                code = ErrorCode.none
+                try:
+                    if target is None:
+                        raise KafkaError(ErrorCode.log_dir_not_found, entry.path)
+                    registry.move_partition(topic.name, int(index), target)
+                except KafkaError as exc:
+                    code = exc.code
+                    log.info("AlterReplicaLogDirs %s-%s to %s: %s",
+                             topic.name, index, entry.path, exc)
+                outcome.append(
+                    make(mod.AlterReplicaLogDirPartitionResult, partition_index=index,
+                         error_code=code)
+                )
+            results.append(
+                make(mod.AlterReplicaLogDirTopicResult, topic_name=topic.name,
+                     partitions=tuple(outcome))
+            )
+    return make(mod.AlterReplicaLogDirsResponse, throttle_time=0, results=tuple(results))
