@@ -22,8 +22,7 @@ from kio.schema.create_topics.v7 import request as cq
 from kio.schema.describe_configs.v4 import request as dq
 from kio.schema.incremental_alter_configs.v1 import request as iq
 from kio.static.primitive import i8, i16, i32
-
-from tests.integration.rawkafka import request_once
+from rawkafka import request_once
 
 TOPIC, BROKER = 2, 4
 Op = tuple[str, int, str | None]

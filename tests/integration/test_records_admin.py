@@ -24,10 +24,10 @@ from kio.schema.find_coordinator.v4 import request as fc
 from kio.schema.metadata.v10 import request as md
 from kio.schema.offset_commit.v8 import request as oc
 from kio.schema.offset_delete.v0 import request as od
+from rawkafka import RawConnection, produce, request_once
 
 from oncelog.client import Admin, TopicPartition
 from oncelog.records.codec import RecordInput, encode_batch
-from tests.integration.rawkafka import RawConnection, produce, request_once
 from tests.support import unique_topic
 from tests.support.broker import BrokerProcess
 from tests.support.kafka import KafkaProcess
