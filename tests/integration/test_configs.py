@@ -21,7 +21,8 @@ from confluent_kafka.admin import (
 from kio.schema.create_topics.v7 import request as cq
 from kio.schema.describe_configs.v4 import request as dq
 from kio.schema.incremental_alter_configs.v1 import request as iq
-from kio.static.primitive import i8, i16, i32
+from kio.schema.types import TopicName
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 from rawkafka import request_once
 
 TOPIC, BROKER = 2, 4
@@ -30,11 +31,12 @@ Op = tuple[str, int, str | None]
 
 def create(bootstrap: str, name: str, configs: dict[str, str]) -> tuple[int, str | None]:
     topic = cq.CreatableTopic(
-        name=name, num_partitions=i32(1), replication_factor=i16(1), assignments=(),
+        name=TopicName(name), num_partitions=i32(1), replication_factor=i16(1), assignments=(),
         configs=tuple(cq.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
     )
     request = cq.CreateTopicsRequest(
-        topics=(topic,), timeout=datetime.timedelta(seconds=10), validate_only=False
+        topics=(topic,), timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        validate_only=False,
     )
     result = request_once(bootstrap, request).topics[0]
     return int(result.error_code), result.error_message

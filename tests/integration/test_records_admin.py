@@ -24,6 +24,8 @@ from kio.schema.find_coordinator.v4 import request as fc
 from kio.schema.metadata.v10 import request as md
 from kio.schema.offset_commit.v8 import request as oc
 from kio.schema.offset_delete.v0 import request as od
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 from rawkafka import RawConnection, produce, request_once
 
 from oncelog.client import Admin, TopicPartition
@@ -50,9 +52,9 @@ def _produce_plain(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 def _delete(bootstrap: str, topic: str, offset: int, partition: int = 0) -> tuple[int, int]:
     response = request_once(bootstrap, dr.DeleteRecordsRequest(
-        topics=(dr.DeleteRecordsTopic(name=topic, partitions=(
-            dr.DeleteRecordsPartition(partition_index=partition, offset=offset),)),),
-        timeout=datetime.timedelta(seconds=5),
+        topics=(dr.DeleteRecordsTopic(name=TopicName(topic), partitions=(
+            dr.DeleteRecordsPartition(partition_index=i32(partition), offset=i64(offset)),)),),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
     ))
     result = response.topics[0].partitions[0]
     return int(result.error_code), int(result.low_watermark)
@@ -74,7 +76,9 @@ def _consume(bootstrap: str, topic: str, isolation: str, expect: int, wait_s: fl
         while len(got) < expect or time.monotonic() < idle_until:
             message = consumer.poll(0.2)
             if message is not None and message.error() is None:
-                got.append((message.offset(), bytes(message.value() or b"")))
+                offset = message.offset()
+                assert offset is not None
+                got.append((offset, bytes(message.value() or b"")))
                 idle_until = time.monotonic() + (0.5 if len(got) >= expect else wait_s)
             elif len(got) >= expect and time.monotonic() >= idle_until:
                 break
@@ -88,7 +92,7 @@ def _consume(bootstrap: str, topic: str, isolation: str, expect: int, wait_s: fl
 def _find_coordinator(bootstrap: str, group: str) -> None:
     """Until the group's coordinator answers (Kafka creates __consumer_offsets then)."""
     _retry_coordinator(lambda: (int(request_once(bootstrap, fc.FindCoordinatorRequest(
-        key_type=0, coordinator_keys=(group,))).coordinators[0].error_code), []),
+        key_type=i8(0), coordinator_keys=(group,))).coordinators[0].error_code), []),
         group_level=True)
 
 
@@ -165,15 +169,16 @@ def _scenario_gaps(bootstrap: str) -> dict[str, Any]:
     group = f"g-{topic}"
     _find_coordinator(bootstrap, group)
     commit = oc.OffsetCommitRequest(
-        group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        group_id=GroupId(group), generation_id_or_member_epoch=i32(-1), member_id="",
+        group_instance_id=None,
         topics=(
-            oc.OffsetCommitRequestTopic(name=unique_topic("nosuch"), partitions=(
-                oc.OffsetCommitRequestPartition(partition_index=0, committed_offset=1,
-                                                committed_leader_epoch=-1,
+            oc.OffsetCommitRequestTopic(name=TopicName(unique_topic("nosuch")), partitions=(
+                oc.OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(1),
+                                                committed_leader_epoch=i32(-1),
                                                 committed_metadata=""),)),
-            oc.OffsetCommitRequestTopic(name=topic, partitions=tuple(
-                oc.OffsetCommitRequestPartition(partition_index=i, committed_offset=1,
-                                                committed_leader_epoch=-1,
+            oc.OffsetCommitRequestTopic(name=TopicName(topic), partitions=tuple(
+                oc.OffsetCommitRequestPartition(partition_index=i32(i), committed_offset=i64(1),
+                                                committed_leader_epoch=i32(-1),
                                                 committed_metadata="")
                 for i in (0, 1, 7))),
         ),
@@ -181,11 +186,11 @@ def _scenario_gaps(bootstrap: str) -> dict[str, Any]:
     out["offset commit"] = _retry_coordinator(lambda: _partition_errors(
         request_once(bootstrap, commit)))
     metadata = request_once(bootstrap, md.MetadataRequest(
-        topics=(md.MetadataRequestTopic(name=topic, topic_id=ZERO_UUID),),
+        topics=(md.MetadataRequestTopic(name=TopicName(topic), topic_id=ZERO_UUID),),
         allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
         include_topic_authorized_operations=True))
     not_asked = request_once(bootstrap, md.MetadataRequest(
-        topics=(md.MetadataRequestTopic(name=topic, topic_id=ZERO_UUID),),
+        topics=(md.MetadataRequestTopic(name=TopicName(topic), topic_id=ZERO_UUID),),
         allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
         include_topic_authorized_operations=False))
     out["authorized"] = (metadata.cluster_authorized_operations,
@@ -194,12 +199,13 @@ def _scenario_gaps(bootstrap: str) -> dict[str, Any]:
                          not_asked.topics[0].topic_authorized_operations)
 
     def offset_delete(group_id: str) -> Any:
-        response = request_once(bootstrap, od.OffsetDeleteRequest(group_id=group_id, topics=(
-            od.OffsetDeleteRequestTopic(name=topic, partitions=(
-                od.OffsetDeleteRequestPartition(partition_index=0),
-                od.OffsetDeleteRequestPartition(partition_index=9))),
-            od.OffsetDeleteRequestTopic(name=unique_topic("nosuch"), partitions=(
-                od.OffsetDeleteRequestPartition(partition_index=0),)),
+        response = request_once(bootstrap, od.OffsetDeleteRequest(
+            group_id=GroupId(group_id), topics=(
+            od.OffsetDeleteRequestTopic(name=TopicName(topic), partitions=(
+                od.OffsetDeleteRequestPartition(partition_index=i32(0)),
+                od.OffsetDeleteRequestPartition(partition_index=i32(9)))),
+            od.OffsetDeleteRequestTopic(name=TopicName(unique_topic("nosuch")), partitions=(
+                od.OffsetDeleteRequestPartition(partition_index=i32(0)),)),
         )))
         return int(response.error_code), _partition_errors(response)
 
@@ -348,7 +354,9 @@ def test_consumer_below_new_start_resets(broker: BrokerProcess) -> None:
     while len(got) < 2 and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
-            got.append(message.offset())
+            offset = message.offset()
+            assert offset is not None
+            got.append(offset)
     consumer.close()
     assert got == [3, 4]
 
@@ -371,7 +379,8 @@ def test_offset_delete_with_oncelog_admin(broker: BrokerProcess) -> None:
             group, [TopicPartition(topic, 0), TopicPartition(other, 0)])
         assert answer[TopicPartition(other, 0)] is None
         error = answer[TopicPartition(topic, 0)]
-        assert error is not None and error.code.name == "group_subscribed_to_topic"
+        assert error is not None and error.code is not None
+        assert error.code.name == "group_subscribed_to_topic"
     consumer.close()
     broker.restart(kill=True)
     probe = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
