@@ -29,6 +29,7 @@ most 5 requests in flight, so with responses held back only 5 partitions can gro
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from idem_clients import (
@@ -46,7 +47,7 @@ from idem_clients import (
 )
 
 from oncelog.client import Admin
-from tests.support.fault_proxy import ApiKey, FaultRules
+from tests.support.fault_proxy import ApiKey, FaultProxy, FaultRules
 from tests.support.names import unique_topic
 
 pytestmark = pytest.mark.integration
@@ -93,6 +94,38 @@ def wait_for_unacknowledged(
         time.sleep(0.02)
 
 
+def wait_for_answered(proxy: FaultProxy, timeout: float) -> None:
+    """Until the broker has answered every Produce request the proxy forwarded to it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        waiting = proxy.stats().in_flight.get(ApiKey.PRODUCE, 0)
+        if waiting == 0:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{waiting} Produce requests unanswered")
+        time.sleep(0.02)
+
+
+def wait_for_roll_snapshots(data_dir: Path, topic: str, timeout: float) -> None:
+    """Until every partition of ``topic`` has a producer snapshot at its newest segment's
+    base (the broker writes roll snapshots from a worker thread, so the file can trail the
+    append that rolled); AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        behind = {}
+        for p in range(PARTITIONS):
+            files = list((data_dir / f"{topic}-{p}").iterdir())
+            newest_segment = max(int(f.name[:20]) for f in files if f.name.endswith(".log"))
+            snapshots = [int(f.name[:20]) for f in files if f.name.endswith(".snapshot")]
+            if max(snapshots, default=-1) < newest_segment:
+                behind[p] = (newest_segment, max(snapshots, default=-1))
+        if not behind:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"roll snapshots not written: {behind}")
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("client", CLIENT_NAMES)
 def test_kill_and_restart_mid_stream_keep_each_record_once(
     proxied_broker: object, client: str
@@ -111,6 +144,14 @@ def test_kill_and_restart_mid_stream_keep_each_record_once(
             proxy.set_rules(FaultRules(delay={ApiKey.PRODUCE: HOLD}))
             time.sleep(0.1)  # acknowledgements already on their way arrive
             wait_for_unacknowledged(broker.bootstrap, run, tps, 30)
+            # Quiesce before the kill: no new Produce reaches the broker, every one it got is
+            # answered (into the proxy's hold), and the roll snapshots those appends handed to
+            # the writer thread are on disk -- the state a kill then finds is deterministic.
+            proxy.set_rules(
+                FaultRules(delay={ApiKey.PRODUCE: HOLD}, hold_requests=frozenset({ApiKey.PRODUCE}))
+            )
+            wait_for_answered(proxy, 30)
+            wait_for_roll_snapshots(broker.data_dir, tiny, 30)
             broker.kill()
             proxy.cut_all()  # the held responses die with the connections
             held_before_kill.append(proxy.stats().responses_delayed[ApiKey.PRODUCE] - held)

@@ -101,6 +101,9 @@ class FaultRules:
     """Swallow the next N requests of an api key before the broker sees them; then cut."""
     delay: Mapping[int, float] = field(default_factory=dict)
     """Seconds to hold each response of an api key before forwarding it."""
+    hold_requests: frozenset[int] = frozenset()
+    """Api keys whose requests are held back (not forwarded) while these rules are in force;
+    a held request goes on when the rules change, or dies with its connection."""
     cut_after_bytes: int | None = None
     """Cut a connection after it has forwarded this many bytes (both directions)."""
     refuse: bool = False
@@ -134,6 +137,8 @@ class ProxyStats:
     requests_dropped: Mapping[int, int]
     responses_dropped: Mapping[int, int]
     responses_delayed: Mapping[int, int]
+    in_flight: Mapping[int, int]
+    """Requests forwarded to the broker on open connections and not answered by it yet."""
     bytes_to_upstream: int
     bytes_to_client: int
 
@@ -205,6 +210,7 @@ class FaultProxy:
         self._requests_dropped: Counter[int] = Counter()
         self._responses_dropped: Counter[int] = Counter()
         self._responses_delayed: Counter[int] = Counter()
+        self._in_flight: Counter[int] = Counter()
         self._connections: dict[int, _Connection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -282,6 +288,7 @@ class FaultProxy:
                 requests_dropped=_frozen(self._requests_dropped),
                 responses_dropped=_frozen(self._responses_dropped),
                 responses_delayed=_frozen(self._responses_delayed),
+                in_flight=_frozen(+self._in_flight),
                 bytes_to_upstream=c["bytes_up"],
                 bytes_to_client=c["bytes_down"],
             )
@@ -391,45 +398,79 @@ class FaultProxy:
             connection.abort()
             with self._lock:
                 self._connections.pop(number, None)
+                self._in_flight.subtract(connection.pending.values())
+                connection.pending.clear()
 
     async def _pump_requests(self, connection: _Connection, reader: asyncio.StreamReader) -> None:
         while (frame := await _read_frame(reader)) is not None:
             api_key = UNKNOWN_API
+            correlation_id = None
             if len(frame) >= 4 + _REQUEST_HEADER.size:
                 api_key, _version, correlation_id = _REQUEST_HEADER.unpack_from(frame, 4)
-                connection.pending[correlation_id] = api_key
             if self._take_budget("_drop_requests_next", api_key):
                 with self._lock:
                     self._requests_dropped[api_key] += 1
                 logger.info("proxy connection %d: dropped request api_key=%d",
                             connection.number, api_key)
                 raise _Cut
+            while api_key in self.rules.hold_requests:
+                await asyncio.sleep(0.01)
             with self._lock:
                 self._requests[api_key] += 1
+                if correlation_id is not None:
+                    connection.pending[correlation_id] = api_key
+                    self._in_flight[api_key] += 1
             await self._forward(connection, connection.upstream_writer, frame, "bytes_up")
 
     async def _pump_responses(
         self, connection: _Connection, reader: asyncio.StreamReader
     ) -> None:
-        while (frame := await _read_frame(reader)) is not None:
-            api_key = UNKNOWN_API
-            if len(frame) >= 4 + _RESPONSE_HEADER.size:
-                (correlation_id,) = _RESPONSE_HEADER.unpack_from(frame, 4)
-                api_key = connection.pending.pop(correlation_id, UNKNOWN_API)
-            if self._should_drop_response(api_key):
+        # Responses are read as soon as the broker sends them (so ``in_flight`` says what the
+        # broker has not answered) and forwarded in order, each once its delay has passed.
+        queue: asyncio.Queue[tuple[bytes, int, float] | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        async def forward_in_order() -> None:
+            while (item := await queue.get()) is not None:
+                frame, api_key, release_at = item
+                wait = release_at - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
                 with self._lock:
-                    self._responses_dropped[api_key] += 1
-                logger.info("proxy connection %d: dropped response api_key=%d",
-                            connection.number, api_key)
-                raise _Cut
-            delay = self._delay_for(api_key)
-            if delay > 0:
-                with self._lock:
-                    self._responses_delayed[api_key] += 1
-                await asyncio.sleep(delay)
-            with self._lock:
-                self._responses[api_key] += 1
-            await self._forward(connection, connection.client_writer, frame, "bytes_down")
+                    self._responses[api_key] += 1
+                await self._forward(connection, connection.client_writer, frame, "bytes_down")
+
+        async def read_all() -> None:
+            while (frame := await _read_frame(reader)) is not None:
+                api_key = UNKNOWN_API
+                if len(frame) >= 4 + _RESPONSE_HEADER.size:
+                    (correlation_id,) = _RESPONSE_HEADER.unpack_from(frame, 4)
+                    with self._lock:
+                        api_key = connection.pending.pop(correlation_id, UNKNOWN_API)
+                        self._in_flight[api_key] -= 1
+                if self._should_drop_response(api_key):
+                    with self._lock:
+                        self._responses_dropped[api_key] += 1
+                    logger.info("proxy connection %d: dropped response api_key=%d",
+                                connection.number, api_key)
+                    raise _Cut
+                delay = self._delay_for(api_key)
+                if delay > 0:
+                    with self._lock:
+                        self._responses_delayed[api_key] += 1
+                queue.put_nowait((frame, api_key, loop.time() + delay))
+            queue.put_nowait(None)
+
+        tasks = [asyncio.create_task(read_all()), asyncio.create_task(forward_in_order())]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # a cut on either side ends the connection
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _forward(
         self, connection: _Connection, writer: asyncio.StreamWriter, frame: bytes, counter: str
