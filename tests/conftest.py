@@ -18,7 +18,7 @@ the test failed, the broker's log is printed so it shows up in the report.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,7 +39,7 @@ from tests.support.kafka import (  # noqa: E402
     ReferenceKafkaMissing,
     require_reference,
 )
-from tests.support.kafkajs import KafkaJSMissing, Operation, Outcome  # noqa: E402
+from tests.support.kafkajs import KafkaJSAdmin, KafkaJSMissing  # noqa: E402
 from tests.support.kafkajs import node_binary as kafkajs_node  # noqa: E402
 from tests.support.kafkajs import run_admin as kafkajs_run_admin  # noqa: E402
 from tests.support.names import unique_topic  # noqa: E402
@@ -168,8 +168,6 @@ def kafka_broker(kafka_factory: KafkaFactory) -> KafkaProcess:
     """A fresh Apache Kafka 4.4 broker (single KRaft node) with the single-node defaults."""
     return kafka_factory()
 
-
-KafkaJSAdmin = Callable[[str, Sequence[Operation]], list[Outcome]]
 
 
 @pytest.fixture(scope="session")

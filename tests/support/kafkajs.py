@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ INSTALLED_STAMP = JS_DIR / "node_modules" / ".installed"
 
 Operation = dict[str, Any]
 Outcome = dict[str, Any]
+KafkaJSAdmin = Callable[[str, Sequence[Operation]], list[Outcome]]
+"""The ``kafkajs_admin`` fixture: ``run_admin`` once node and KafkaJS are known there."""
 
 
 class KafkaJSMissing(RuntimeError):
