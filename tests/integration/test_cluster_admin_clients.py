@@ -30,6 +30,7 @@ from kafka import KafkaAdminClient
 from kafka import TopicPartition as KpTopicPartition
 from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.admin import NewTopic as KpNewTopic
+from kafka.errors import IncompatibleBrokerVersion
 
 from oncelog.client import Admin, NewPartitions, NewTopic, TopicPartition
 from oncelog.client.errors import KafkaClientError
@@ -139,6 +140,12 @@ def test_kafka_python_admin(shared_broker: BrokerProcess) -> None:
             if t["name"] == good
         }
         assert placed == {(good, 0), (good, 1), (good, 2)}
+
+        # Not served, as on a non-KRaft Kafka broker (docs/compatibility.md).
+        with pytest.raises(IncompatibleBrokerVersion):
+            admin.describe_metadata_quorum()
+        with pytest.raises(IncompatibleBrokerVersion):
+            admin.list_config_resources()
     finally:
         admin.close()
 
