@@ -23,7 +23,7 @@ serve: $(STAMP)
 	$(VENV)/bin/oncelog serve $(ARGS)
 
 lint: $(TEST_STAMP)
-	$(VENV)/bin/ruff check oncelog tests bench
+	$(VENV)/bin/ruff check oncelog tests bench examples
 	$(VENV)/bin/mypy
 
 # The reference Apache Kafka 4.4 broker and the Java harness (docs/reference-kafka.md):

@@ -1,36 +1,173 @@
-"""Broker and topic configuration, with Kafka's names and defaults.
+"""Broker and topic configuration: the one registry of config names, types, defaults,
+validation and documentation, with Kafka's names, types and defaults.
 
-Broker settings come from a server.properties-style file and ``-c key=value`` flags.
-Topic settings default to the broker's ``log.*`` settings and may be overridden per topic.
+Broker settings come from a server.properties-style file and ``-c key=value`` flags (the
+static layer); some of them can also be changed at runtime (the dynamic layers, cluster-wide
+default and per-broker, see oncelog.broker.dynamic_config). Topic settings default to the
+broker settings named by their synonyms (``retention.ms`` <- ``log.retention.ms`` /
+``log.retention.minutes`` / ``log.retention.hours``) and may be overridden per topic.
+Configs that oncelog stores and describes but does not act on yet say why in ``not_yet``
+(listed in docs/configuration.md).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from oncelog.errors import ErrorCode, KafkaError
 
 LONG_MAX = 2**63 - 1
+LONG_MIN = -(2**63)
 INT_MAX = 2**31 - 1
+INT_MIN = -(2**31)
 
 
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise ValueError(f"not a boolean: {text!r}")
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs' config_type (Kafka's ConfigDef.Type as the protocol numbers it)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
 
 
-def _nullable_int(text: str) -> int | None:
-    stripped = text.strip()
-    if stripped in ("", "null", "None"):
-        return None
-    return int(stripped)
+class ConfigSource(enum.IntEnum):
+    """Where a config value comes from (DescribeConfigs' config_source)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class Dynamic(enum.Enum):
+    """How a broker config may be changed at runtime (Kafka's DynamicBrokerConfig)."""
+
+    READ_ONLY = "read-only"  # only in server.properties / -c; a restart applies it
+    PER_BROKER = "per-broker"  # AlterConfigs on broker "<node id>" only
+    CLUSTER_WIDE = "cluster-wide"  # AlterConfigs on broker "<node id>" or "" (default)
+
+
+class ConfigError(ValueError):
+    """A config value Kafka would refuse; the message is Kafka's wording."""
+
+
+_INTEGRAL = {
+    ConfigType.SHORT: (-(2**15), 2**15 - 1),
+    ConfigType.INT: (INT_MIN, INT_MAX),
+    ConfigType.LONG: (LONG_MIN, LONG_MAX),
+}
+
+
+def _java_number(value: Any) -> str:
+    """A number as Java prints it in ConfigException messages (2.0, not 2)."""
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def _range_text(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One config: its type, default (parsed; None when it has none), documentation and
+    validation (Kafka's Range / ValidString / ValidList), and for topic configs the broker
+    configs it defaults to (``synonyms``, first match wins), for broker configs whether it
+    can change at runtime (``dynamic``)."""
+
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    at_least: float | None = None
+    at_most: float | None = None
+    choices: tuple[str, ...] | None = None  # ValidString, or each item of a LIST
+    validator: Callable[[Any], str | None] | None = None  # a Kafka message, or None if valid
+    parser: Callable[[str], Any] | None = None  # replaces the type's parser
+    synonyms: tuple[str, ...] = ()
+    dynamic: Dynamic = Dynamic.READ_ONLY
+    not_yet: str | None = None  # why oncelog stores this config but does not act on it
+    sensitive: bool = False
+
+    def error(self, value: Any, reason: str) -> ConfigError:
+        return ConfigError(f"Invalid value {value} for configuration {self.name}: {reason}")
+
+    def parse(self, text: str | None) -> Any:
+        """``text`` as this config's type, validated; ConfigError with Kafka's words."""
+        if text is None:
+            return None
+        trimmed = text.strip()
+        value: Any
+        if self.parser is not None:
+            try:
+                value = self.parser(trimmed)
+            except ValueError as exc:
+                raise self.error(text, str(exc)) from None
+        elif self.type is ConfigType.BOOLEAN:
+            if trimmed.lower() not in ("true", "false"):
+                raise self.error(text, "Expected value to be either true or false")
+            value = trimmed.lower() == "true"
+        elif self.type in _INTEGRAL:
+            low, high = _INTEGRAL[self.type]
+            try:
+                value = int(trimmed)
+            except ValueError:
+                value = None
+            if value is None or not low <= value <= high:
+                raise self.error(text, f"Not a number of type {self.type.name}")
+        elif self.type is ConfigType.DOUBLE:
+            try:
+                value = float(trimmed)
+            except ValueError:
+                raise self.error(text, "Not a number of type DOUBLE") from None
+        elif self.type is ConfigType.LIST:
+            value = ",".join(item.strip() for item in trimmed.split(",") if item.strip())
+        else:
+            value = trimmed
+        self.check(value)
+        return value
+
+    def check(self, value: Any) -> None:
+        """ConfigError with Kafka's wording when a parsed ``value`` is not allowed."""
+        if value is None:
+            return
+        if self.at_least is not None and value < self.at_least:
+            raise self.error(
+                _java_number(value), f"Value must be at least {_range_text(self.at_least)}"
+            )
+        if self.at_most is not None and value > self.at_most:
+            raise self.error(
+                _java_number(value), f"Value must be no more than {_range_text(self.at_most)}"
+            )
+        if self.choices is not None:
+            items = value.split(",") if self.type is ConfigType.LIST else [value]
+            for item in items:
+                if item and item not in self.choices:
+                    raise self.error(value, f"String must be one of: {', '.join(self.choices)}")
+        if self.validator is not None:
+            reason = self.validator(value)
+            if reason is not None:
+                raise self.error(value, reason)
+
+    def format(self, value: Any) -> str | None:
+        """A parsed value as DescribeConfigs shows it."""
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
 
 
 STORAGE_ENGINE_SCHEMES = ("file", "memory")
@@ -77,197 +214,236 @@ def _engine_url(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigKey:
-    name: str
-    parse: Callable[[str], Any]
-    default: Any
-    doc: str
-    at_least: int | None = None  # Kafka's ConfigDef.Range.atLeast
-    choices: tuple[str, ...] | None = None  # Kafka's ConfigDef.ValidString.in
-
-    def check(self, value: Any) -> None:
-        """ValueError with Kafka's wording when ``value`` is out of range."""
-        if value is None:
-            return
-        if self.at_least is not None and value < self.at_least:
-            raise ValueError(
-                f"Invalid value {value} for configuration {self.name}: "
-                f"Value must be at least {self.at_least}"
-            )
-        if self.choices is not None and value not in self.choices:
-            raise ValueError(
-                f"Invalid value {value} for configuration {self.name}: "
-                f"String must be one of: {', '.join(self.choices)}"
-            )
+def _gzip_level(value: Any) -> str | None:
+    if value == -1 or 1 <= value <= 9:
+        return None
+    return "Value must be between 1 and 9 or equal to -1"
 
 
-def _key(
-    name: str,
-    parse: Callable[[str], Any],
-    default: Any,
-    doc: str,
-    *,
-    at_least: int | None = None,
-    choices: tuple[str, ...] | None = None,
-) -> ConfigKey:
-    return ConfigKey(name, parse, default, doc, at_least, choices)
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+CLEANUP_POLICIES = ("compact", "delete")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+COMPACTION = "log compaction is not implemented yet"
+REPLICATION = "oncelog runs a single node: there is no replication yet"
+REMOTE = "tiered (remote) storage is not implemented"
+T, B, INT, L, S, D, LS = (
+    ConfigType.STRING, ConfigType.BOOLEAN, ConfigType.INT, ConfigType.LONG,
+    ConfigType.SHORT, ConfigType.DOUBLE, ConfigType.LIST,
+)
 
 
-# Broker configuration keys: Kafka's names and defaults.
-BROKER_KEYS: dict[str, ConfigKey] = {
-    k.name: k
-    for k in [
-        _key("node.id", int, 1, "The node id of this broker.", at_least=0),
-        _key(
-            "log.dirs",
-            _log_dirs_text,
-            "./data",
-            "Comma-separated directories for partition data; new partitions go to the one "
-            "holding the fewest partitions. The first (or --data-dir) also holds topics.json.",
-        ),
-        _key(
-            "storage.engine",
-            _engine_url,
-            "file:",
-            "Partition engine: file: (segments on disk) or memory: (lost on stop).",
-        ),
-        _key("auto.create.topics.enable", _bool, True, "Create topics on first use."),
-        _key(
-            "num.partitions", int, 1, "Default partition count of auto-created topics.", at_least=1
-        ),
-        _key(
-            "default.replication.factor", int, 1, "Replication factor (1 on one node).", at_least=1
-        ),
-        _key("delete.topic.enable", _bool, True, "Allow DeleteTopics."),
-        _key("log.segment.bytes", int, 1073741824, "Maximum size of a log segment.", at_least=14),
-        _key("log.roll.ms", _nullable_int, None, "Roll a segment after this long.", at_least=1),
-        _key("log.roll.hours", int, 168, "Roll a segment after this long (hours).", at_least=1),
-        _key("log.retention.ms", _nullable_int, None, "Delete segments older than this."),
-        _key("log.retention.minutes", _nullable_int, None, "Retention in minutes."),
-        _key("log.retention.hours", int, 168, "Retention in hours."),
-        _key("log.retention.bytes", int, -1, "Delete old segments past this size."),
-        _key(
-            "log.retention.check.interval.ms", int, 300000, "How often retention runs.", at_least=1
-        ),
-        _key(
-            "log.cleanup.policy",
-            str,
-            "delete",
-            "delete or compact.",
-            choices=("delete", "compact", "compact,delete", "delete,compact"),
-        ),
-        _key("log.index.interval.bytes", int, 4096, "Bytes between index entries.", at_least=0),
-        _key("log.index.size.max.bytes", int, 10485760, "Maximum index file size.", at_least=4),
-        _key(
-            "log.flush.interval.messages",
-            int,
-            LONG_MAX,
-            "fsync after this many messages.",
-            at_least=1,
-        ),
-        _key("log.flush.interval.ms", _nullable_int, None, "fsync after this long."),
-        _key("log.flush.scheduler.interval.ms", int, LONG_MAX, "How often to check flushes."),
-        _key(
-            "log.message.timestamp.type",
-            str,
-            "CreateTime",
-            "CreateTime or LogAppendTime.",
-            choices=("CreateTime", "LogAppendTime"),
-        ),
-        _key("message.max.bytes", int, 1048588, "Largest record batch accepted.", at_least=0),
-        _key("socket.request.max.bytes", int, 104857600, "Largest request accepted.", at_least=1),
-        _key("max.connections", int, INT_MAX, "Maximum open client connections.", at_least=0),
-        _key("connections.max.idle.ms", int, 600000, "Close idle connections after this long."),
-        _key("queued.max.requests", int, 500, "Requests handled at once, all connections.",
-             at_least=1),
-        _key(
-            "offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", at_least=1
-        ),
-        _key(
-            "offsets.topic.replication.factor",
-            int,
-            1,
-            "Replication of __consumer_offsets.",
-            at_least=1,
-        ),
-        _key(
-            "offsets.topic.segment.bytes",
-            int,
-            104857600,
-            "Segment size of offsets topic.",
-            at_least=1,
-        ),
-        _key(
-            "offsets.retention.minutes",
-            int,
-            10080,
-            "Keep offsets of empty groups so long.",
-            at_least=1,
-        ),
-        _key("offset.metadata.max.bytes", int, 4096, "Largest commit metadata string."),
-        _key("group.initial.rebalance.delay.ms", int, 3000, "Wait for more members."),
-        _key("group.min.session.timeout.ms", int, 6000, "Smallest session timeout."),
-        _key("group.max.session.timeout.ms", int, 1800000, "Largest session timeout."),
-        _key("group.max.size", int, INT_MAX, "Members per group.", at_least=1),
-        _key("producer.id.expiration.ms", int, 86400000, "Forget idle producer ids.", at_least=1),
-        _key(
-            "producer.id.expiration.check.interval.ms",
-            int,
-            600000,
-            "How often producer ids are expired.",
-            at_least=1,
-        ),
-        _key("transaction.state.log.num.partitions", int, 50, "Partitions of txn log.", at_least=1),
-        _key(
-            "transaction.state.log.segment.bytes",
-            int,
-            104857600,
-            "Txn log segment size.",
-            at_least=1,
-        ),
-        _key("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout.", at_least=1),
-        _key(
-            "transactional.id.expiration.ms",
-            int,
-            604800000,
-            "Forget idle transactional ids.",
-            at_least=1,
-        ),
-        _key(
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-            int,
-            10000,
-            "How often timed-out transactions are aborted.",
-            at_least=1,
-        ),
-        _key(
-            "transaction.remove.expired.transaction.cleanup.interval.ms",
-            int,
-            3600000,
-            "How often expired transactional ids are removed.",
-            at_least=1,
-        ),
-        _key("transaction.two.phase.commit.enable", _bool, False, "Allow KIP-939 2PC."),
-        _key("min.insync.replicas", int, 1, "Minimum in-sync replicas.", at_least=1),
-    ]
+def _key(name: str, type_: ConfigType, default: Any, doc: str, **kwargs: Any) -> ConfigKey:
+    return ConfigKey(name, type_, default, doc, **kwargs)
+
+
+# Every topic config of Kafka 4.4 (tests/integration/test_configs_kafka.py compares this
+# list with a live Kafka 4.4), with the broker configs each defaults to.
+_TOPIC_KEYS = [
+    _key("cleanup.policy", LS, "delete", "How old segments are discarded: delete (by "
+         "retention.ms / retention.bytes), compact (keep the last record per key), or both.",
+         choices=CLEANUP_POLICIES, synonyms=("log.cleanup.policy",),
+         not_yet="compact is stored but " + COMPACTION + "; delete applies as usual"),
+    _key("compression.gzip.level", INT, -1, "gzip level used when compression.type is gzip "
+         "(-1: the codec's default).", validator=_gzip_level,
+         synonyms=("compression.gzip.level",)),
+    _key("compression.lz4.level", INT, 9, "lz4 level used when compression.type is lz4.",
+         at_least=1, at_most=17, synonyms=("compression.lz4.level",)),
+    _key("compression.type", T, "producer", "Codec of the batches stored: producer (keep "
+         "what the producer sent), uncompressed, gzip, snappy, lz4 or zstd.",
+         choices=COMPRESSION_TYPES, synonyms=("compression.type",),
+         not_yet="batches are stored as the producer sent them (no recompression yet)"),
+    _key("compression.zstd.level", INT, 3, "zstd level used when compression.type is zstd.",
+         at_least=-131072, at_most=22, synonyms=("compression.zstd.level",)),
+    _key("delete.retention.ms", L, 86400000, "How long delete tombstones stay in a "
+         "compacted topic.", at_least=0, synonyms=("log.cleaner.delete.retention.ms",),
+         not_yet=COMPACTION),
+    _key("errors.deadletterqueue.group.enable", B, False, "Whether share groups may send "
+         "undeliverable records of this topic to a dead-letter queue.",
+         not_yet="share groups are not implemented"),
+    _key("file.delete.delay.ms", L, 60000, "Delay before a deleted segment's files are "
+         "removed from disk.", at_least=0, synonyms=("log.segment.delete.delay.ms",),
+         not_yet="segments are removed at once when retention deletes them"),
+    _key("flush.messages", L, LONG_MAX, "fsync the log after this many records.",
+         at_least=1, synonyms=("log.flush.interval.messages",)),
+    _key("flush.ms", L, LONG_MAX, "fsync the log when its oldest unflushed record is this "
+         "old.", at_least=0, synonyms=("log.flush.interval.ms",
+                                       "log.flush.scheduler.interval.ms")),
+    _key("follower.replication.throttled.replicas", LS, "", "Replicas whose follower "
+         "fetches are throttled.", not_yet=REPLICATION),
+    _key("index.interval.bytes", INT, 4096, "Bytes of log between two offset index entries.",
+         at_least=0, synonyms=("log.index.interval.bytes",)),
+    _key("leader.replication.throttled.replicas", LS, "", "Replicas whose leader side of "
+         "replication is throttled.", not_yet=REPLICATION),
+    _key("local.retention.bytes", L, -2, "Bytes kept on local disk when remote storage is "
+         "on (-2: retention.bytes).", at_least=-2, synonyms=("log.local.retention.bytes",),
+         not_yet=REMOTE),
+    _key("local.retention.ms", L, -2, "Time kept on local disk when remote storage is on "
+         "(-2: retention.ms).", at_least=-2, synonyms=("log.local.retention.ms",),
+         not_yet=REMOTE),
+    _key("max.compaction.lag.ms", L, LONG_MAX, "Longest a record may stay uncompacted.",
+         at_least=1, synonyms=("log.cleaner.max.compaction.lag.ms",), not_yet=COMPACTION),
+    _key("max.decompressed.message.bytes", INT, 2147483639, "Largest size a compressed "
+         "batch may decompress to.", synonyms=("max.decompressed.message.bytes",),
+         not_yet="decompressed sizes are not limited yet"),
+    _key("max.message.bytes", INT, 1048588, "Largest record batch the topic accepts.",
+         at_least=0, synonyms=("message.max.bytes",)),
+    _key("message.timestamp.after.max.ms", L, 3600000, "How far in the future a record's "
+         "CreateTime may be.", at_least=0,
+         synonyms=("log.message.timestamp.after.max.ms",),
+         not_yet="record timestamps are not checked against the clock yet"),
+    _key("message.timestamp.before.max.ms", L, LONG_MAX, "How far in the past a record's "
+         "CreateTime may be.", at_least=0,
+         synonyms=("log.message.timestamp.before.max.ms",),
+         not_yet="record timestamps are not checked against the clock yet"),
+    _key("message.timestamp.type", T, "CreateTime", "Which timestamp records carry: the "
+         "producer's (CreateTime) or the broker's append time (LogAppendTime).",
+         choices=TIMESTAMP_TYPES, synonyms=("log.message.timestamp.type",)),
+    _key("min.cleanable.dirty.ratio", D, 0.5, "Share of uncompacted log that triggers "
+         "compaction.", at_least=0, at_most=1, synonyms=("log.cleaner.min.cleanable.ratio",),
+         not_yet=COMPACTION),
+    _key("min.compaction.lag.ms", L, 0, "Shortest time a record stays uncompacted.",
+         at_least=0, synonyms=("log.cleaner.min.compaction.lag.ms",), not_yet=COMPACTION),
+    _key("min.insync.replicas", INT, 1, "In-sync replicas an acks=all write needs.",
+         at_least=1, synonyms=("min.insync.replicas",), not_yet=REPLICATION),
+    _key("preallocate", B, False, "Preallocate segment files when they are created.",
+         synonyms=("log.preallocate",), not_yet="segment files grow as they are written"),
+    _key("remote.copy.lag.bytes", L, -1, "Bytes of local log not yet copied to remote "
+         "storage before copying is forced.", synonyms=("log.remote.copy.lag.bytes",),
+         not_yet=REMOTE),
+    _key("remote.copy.lag.ms", L, 0, "Age of local log not yet copied to remote storage "
+         "before copying is forced.", synonyms=("log.remote.copy.lag.ms",), not_yet=REMOTE),
+    _key("remote.log.copy.disable", B, False, "Stop copying segments to remote storage.",
+         not_yet=REMOTE),
+    _key("remote.log.delete.on.disable", B, False, "Delete remote data when remote "
+         "storage is turned off.", not_yet=REMOTE),
+    _key("remote.storage.enable", B, False, "Keep old segments in remote storage.",
+         not_yet=REMOTE),
+    _key("retention.bytes", L, -1, "Delete the oldest segments while a partition is larger "
+         "than this (-1: no size limit).", synonyms=("log.retention.bytes",)),
+    _key("retention.ms", L, 604800000, "Delete segments whose newest record is older than "
+         "this (-1: no time limit).", at_least=-1,
+         synonyms=("log.retention.ms", "log.retention.minutes", "log.retention.hours")),
+    # Kafka 4.x requires at least 1 MiB; oncelog allows small segments (tests roll them).
+    _key("segment.bytes", INT, 1073741824, "Roll a new segment when the active one reaches "
+         "this size.", at_least=14, synonyms=("log.segment.bytes",)),
+    _key("segment.index.bytes", INT, 10485760, "Largest size of a segment's index files.",
+         at_least=4, synonyms=("log.index.size.max.bytes",)),
+    _key("segment.jitter.ms", L, 0, "Random time subtracted from segment.ms per segment.",
+         at_least=0, synonyms=("log.roll.jitter.ms", "log.roll.jitter.hours"),
+         not_yet="segments roll exactly at segment.ms"),
+    _key("segment.ms", L, 604800000, "Roll a new segment when the active one is this old.",
+         at_least=1, synonyms=("log.roll.ms", "log.roll.hours")),
+    _key("unclean.leader.election.enable", B, False, "Let an out-of-sync replica become "
+         "leader.", synonyms=("unclean.leader.election.enable",), not_yet=REPLICATION),
+]
+TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _TOPIC_KEYS}
+
+# Broker configs given in other units than the topic config they feed (ms per unit).
+SYNONYM_UNIT_MS: dict[str, int] = {
+    "log.retention.minutes": 60_000,
+    "log.retention.hours": 3_600_000,
+    "log.roll.hours": 3_600_000,
+    "log.roll.jitter.hours": 3_600_000,
 }
 
-# Topic-level keys and the broker key each defaults to.
-TOPIC_KEYS: dict[str, str | None] = {
-    "segment.bytes": "log.segment.bytes",
-    "segment.ms": None,
-    "retention.ms": None,
-    "retention.bytes": "log.retention.bytes",
-    "cleanup.policy": "log.cleanup.policy",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "max.message.bytes": "message.max.bytes",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": None,
-    "index.interval.bytes": "log.index.interval.bytes",
-    "segment.index.bytes": "log.index.size.max.bytes",
-    "min.insync.replicas": "min.insync.replicas",
-}
+CW = Dynamic.CLUSTER_WIDE
+_BROKER_KEYS = [
+    _key("node.id", INT, 1, "This broker's id.", at_least=0),
+    _key("log.dirs", LS, "./data", "Comma-separated directories for partition data; new "
+         "partitions go to the one holding the fewest. The first (or --data-dir) also holds "
+         "topics.json.", parser=_log_dirs_text),
+    _key("storage.engine", T, "file:", "Partition engine: file: (segments on disk) or "
+         "memory: (lost on stop).", parser=_engine_url),
+    _key("listeners", LS, "PLAINTEXT://:9092", "Address the broker listens on (from "
+         "oncelog serve --listen)."),
+    _key("advertised.listeners", LS, None, "Address clients are told to connect to (from "
+         "--advertised, else the listener)."),
+    _key("listener.security.protocol.map", T,
+         "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+         "Security protocol of each listener name."),
+    _key("inter.broker.listener.name", T, None, "Listener brokers use between themselves."),
+    _key("auto.create.topics.enable", B, True, "Create a topic when a client first uses it."),
+    _key("num.partitions", INT, 1, "Partition count of auto-created topics.", at_least=1),
+    _key("default.replication.factor", INT, 1, "Replication factor of auto-created topics.",
+         at_least=1),
+    _key("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    _key("log.segment.bytes", INT, 1073741824, "Default segment.bytes.", at_least=14,
+         dynamic=CW),
+    _key("log.roll.ms", L, None, "Default segment.ms.", at_least=1, dynamic=CW),
+    _key("log.roll.hours", INT, 168, "Default segment.ms in hours (if log.roll.ms is unset).",
+         at_least=1),
+    _key("log.roll.jitter.ms", L, None, "Default segment.jitter.ms.", dynamic=CW),
+    _key("log.roll.jitter.hours", INT, 0, "Default segment.jitter.ms in hours.", at_least=0),
+    _key("log.retention.ms", L, None, "Default retention.ms.", at_least=-1, dynamic=CW),
+    _key("log.retention.minutes", INT, None, "Default retention.ms in minutes (if "
+         "log.retention.ms is unset)."),
+    _key("log.retention.hours", INT, 168, "Default retention.ms in hours (if neither "
+         "log.retention.ms nor log.retention.minutes is set)."),
+    _key("log.retention.check.interval.ms", L, 300000, "How often retention runs.",
+         at_least=1),
+    _key("log.flush.interval.ms", L, None, "Default flush.ms.", dynamic=CW),
+    _key("log.flush.scheduler.interval.ms", L, LONG_MAX, "How often the flush policy is "
+         "checked; also the default flush.ms."),
+    _key("socket.request.max.bytes", INT, 104857600, "Largest request accepted.", at_least=1),
+    _key("max.connections", INT, INT_MAX, "Most client connections open at once.",
+         at_least=0, dynamic=CW),
+    _key("connections.max.idle.ms", L, 600000, "Close connections idle this long."),
+    _key("queued.max.requests", INT, 500, "Requests handled at once over all connections.",
+         at_least=1),
+    _key("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.",
+         at_least=1),
+    _key("offsets.topic.replication.factor", S, 3, "Replication of __consumer_offsets "
+         "(1 on one node).", at_least=1),
+    _key("offsets.topic.segment.bytes", INT, 104857600, "segment.bytes of "
+         "__consumer_offsets.", at_least=1),
+    _key("offsets.retention.minutes", INT, 10080, "Keep the offsets of an empty group this "
+         "long.", at_least=1),
+    _key("offset.metadata.max.bytes", INT, 4096, "Largest metadata string of a commit."),
+    _key("group.initial.rebalance.delay.ms", INT, 3000, "Wait for more members before the "
+         "first rebalance of a group."),
+    _key("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout allowed."),
+    _key("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
+    _key("group.max.size", INT, INT_MAX, "Most members a group may have.", at_least=1),
+    _key("producer.id.expiration.ms", INT, 86400000, "Forget a producer id idle this long.",
+         at_least=1),
+    _key("producer.id.expiration.check.interval.ms", INT, 600000, "How often idle producer "
+         "ids are expired.", at_least=1),
+    _key("transaction.state.log.num.partitions", INT, 50, "Partitions of "
+         "__transaction_state.", at_least=1),
+    _key("transaction.state.log.segment.bytes", INT, 104857600, "segment.bytes of "
+         "__transaction_state.", at_least=1),
+    _key("transaction.max.timeout.ms", INT, 900000, "Largest transaction timeout a producer "
+         "may ask for.", at_least=1),
+    _key("transactional.id.expiration.ms", INT, 604800000, "Forget a transactional id idle "
+         "this long.", at_least=1),
+    _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000, "How "
+         "often timed-out transactions are aborted.", at_least=1),
+    _key("transaction.remove.expired.transaction.cleanup.interval.ms", INT, 3600000, "How "
+         "often expired transactional ids are removed.", at_least=1),
+    _key("transaction.two.phase.commit.enable", B, False, "Allow two-phase-commit "
+         "transactions (KIP-939)."),
+]
+
+
+def _broker_synonym(topic_key: ConfigKey, broker_name: str) -> ConfigKey:
+    """The broker default of a topic config: same type and validation, changeable at
+    runtime cluster-wide (Kafka's log configs are)."""
+    return replace(
+        topic_key, name=broker_name, synonyms=(), dynamic=CW,
+        doc=f"Default {topic_key.name} of topics that do not set it.",
+    )
+
+
+def _broker_keys() -> dict[str, ConfigKey]:
+    keys = {k.name: k for k in _BROKER_KEYS}
+    for topic_key in _TOPIC_KEYS:
+        if topic_key.synonyms and topic_key.synonyms[0] not in keys:
+            keys[topic_key.synonyms[0]] = _broker_synonym(topic_key, topic_key.synonyms[0])
+    return dict(sorted(keys.items()))
+
+
+BROKER_KEYS: dict[str, ConfigKey] = _broker_keys()
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -284,24 +460,32 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
+Synonym = tuple[str, str | None, ConfigSource]
+"""(config name, value as text, where it comes from): one DescribeConfigs synonym."""
+
+
 class BrokerConfig:
-    """Typed broker settings; unknown keys are rejected with a clear message."""
+    """Typed broker settings in Kafka's layers: per-broker dynamic, cluster-wide dynamic
+    default, static (file and flags), and the defaults. Unknown keys are refused."""
 
     def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
-        self._values: dict[str, Any] = {k.name: k.default for k in BROKER_KEYS.values()}
+        self._layers: dict[ConfigSource, dict[str, Any]] = {
+            ConfigSource.DYNAMIC_BROKER_CONFIG: {},
+            ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG: {},
+            ConfigSource.STATIC_BROKER_CONFIG: {},
+        }
         for name, text in (overrides or {}).items():
             key = BROKER_KEYS.get(name)
             if key is None:
                 raise ValueError(f"unknown broker config {name!r}")
             try:
-                self._values[name] = key.parse(text)
-            except ValueError as exc:
+                self._layers[ConfigSource.STATIC_BROKER_CONFIG][name] = key.parse(text)
+            except ConfigError as exc:
                 raise ValueError(f"bad value for {name}: {text!r} ({exc})") from None
-            key.check(self._values[name])
         for name in ("default.replication.factor", "offsets.topic.replication.factor"):
-            if self._values[name] > 1:
+            if self[name] > 1 and name in (overrides or {}):
                 raise ValueError(
-                    f"Invalid value {self._values[name]} for configuration {name}: "
+                    f"Invalid value {self[name]} for configuration {name}: "
                     "replication factor larger than the 1 available broker "
                     "(oncelog serve runs a single node)"
                 )
@@ -320,41 +504,100 @@ class BrokerConfig:
             values[name.strip()] = value.strip()
         return cls(values)
 
+    # -- values and their sources -------------------------------------------------------
+    def value_and_source(self, name: str) -> tuple[Any, ConfigSource]:
+        for source, layer in self._layers.items():
+            if name in layer:
+                return layer[name], source
+        return BROKER_KEYS[name].default, ConfigSource.DEFAULT_CONFIG
+
     def __getitem__(self, name: str) -> Any:
-        return self._values[name]
+        return self.value_and_source(name)[0]
 
     def items(self) -> Iterable[tuple[str, Any]]:
-        return self._values.items()
+        return [(name, self[name]) for name in BROKER_KEYS]
+
+    def set_static(self, name: str, value: Any) -> None:
+        """Record a setting the broker was started with other than by a config
+        (``--listen`` becomes ``listeners``)."""
+        self._layers[ConfigSource.STATIC_BROKER_CONFIG][name] = value
+
+    def dynamic(self, level: ConfigSource) -> dict[str, Any]:
+        """The dynamic layer ``level`` (per-broker or cluster-wide default), a copy."""
+        return dict(self._layers[level])
+
+    def set_dynamic(self, level: ConfigSource, values: Mapping[str, Any]) -> None:
+        """Replace the dynamic layer ``level`` (already validated values)."""
+        self._layers[level] = dict(values)
+
+    def synonyms(self, names: tuple[str, ...], primary: str) -> list[Synonym]:
+        """Kafka's synonym list: every layer, most specific first, each listing ``names``
+        in order, starting at the first entry for ``primary`` (none if it has none)."""
+        found: list[Synonym] = []
+        for source, layer in self._layers.items():
+            found += [(n, BROKER_KEYS[n].format(layer[n]), source) for n in names if n in layer]
+        found += [
+            (n, BROKER_KEYS[n].format(BROKER_KEYS[n].default), ConfigSource.DEFAULT_CONFIG)
+            for n in names
+            if BROKER_KEYS[n].default is not None
+        ]
+        while found and found[0][0] != primary:
+            found.pop(0)
+        return found
+
+    def broker_synonym_names(self, name: str) -> tuple[str, ...]:
+        """A broker config and the ones that stand in for it (log.retention.ms <-
+        log.retention.minutes <- log.retention.hours)."""
+        for topic_key in TOPIC_CONFIGS.values():
+            if topic_key.synonyms and topic_key.synonyms[0] == name:
+                return topic_key.synonyms
+        return (name,)
+
+    def topic_default(self, key: ConfigKey) -> tuple[Any, ConfigSource]:
+        """A topic config's value when the topic does not set it: the first of its broker
+        synonyms that has a value (in ms for the minutes/hours ones), else Kafka's
+        default."""
+        for name in key.synonyms:
+            value, source = self.value_and_source(name)
+            if value is not None:
+                unit = SYNONYM_UNIT_MS.get(name)
+                return (value if unit is None else value * unit), source
+        return key.default, ConfigSource.DEFAULT_CONFIG
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Topic-level config values as strings, as DescribeConfigs shows them."""
+        return {
+            name: key.format(self.topic_default(key)[0]) or ""
+            for name, key in TOPIC_CONFIGS.items()
+        }
 
     # Derived values, resolved the way Kafka resolves them.
     @property
     def log_roll_ms(self) -> int:
-        roll = self["log.roll.ms"]
-        return roll if roll is not None else self["log.roll.hours"] * 3_600_000
+        return int(self.topic_default(TOPIC_CONFIGS["segment.ms"])[0])
 
     @property
     def log_retention_ms(self) -> int:
-        if self["log.retention.ms"] is not None:
-            return int(self["log.retention.ms"])
-        if self["log.retention.minutes"] is not None:
-            return int(self["log.retention.minutes"]) * 60_000
-        return int(self["log.retention.hours"]) * 3_600_000
+        return int(self.topic_default(TOPIC_CONFIGS["retention.ms"])[0])
 
     @property
     def log_flush_ms(self) -> int:
-        flush = self["log.flush.interval.ms"]
-        return flush if flush is not None else self["log.flush.scheduler.interval.ms"]
+        return int(self.topic_default(TOPIC_CONFIGS["flush.ms"])[0])
 
-    def topic_defaults(self) -> dict[str, str]:
-        """Topic-level config values as strings, as DescribeConfigs shows them."""
-        out: dict[str, str] = {}
-        for topic_key, broker_key in TOPIC_KEYS.items():
-            if broker_key is not None:
-                out[topic_key] = str(self[broker_key])
-        out["segment.ms"] = str(self.log_roll_ms)
-        out["retention.ms"] = str(self.log_retention_ms)
-        out["flush.ms"] = str(self.log_flush_ms)
-        return out
+
+def parse_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Validated topic config overrides; KafkaError(INVALID_CONFIG) with Kafka's message
+    for an unknown name or a bad value."""
+    parsed: dict[str, Any] = {}
+    for name, text in configs.items():
+        key = TOPIC_CONFIGS.get(name)
+        if key is None:
+            raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+        try:
+            parsed[name] = key.parse(text)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+    return parsed
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,41 +615,24 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     index_interval_bytes: int = 4096
     segment_index_bytes: int = 10485760
+    compression_type: str = "producer"
 
     @classmethod
     def resolve(cls, broker: BrokerConfig, topic_overrides: Mapping[str, str]) -> LogConfig:
         """Merge broker defaults with per-topic overrides; bad values raise KafkaError."""
-        values = broker.topic_defaults()
-        for name, value in topic_overrides.items():
-            if name not in TOPIC_KEYS:
-                raise KafkaError(ErrorCode.invalid_config, f"unknown topic config {name!r}")
-            values[name] = value
-        try:
-            ts_type = values["message.timestamp.type"]
-            if ts_type not in ("CreateTime", "LogAppendTime"):
-                raise ValueError(ts_type)
-            if values["cleanup.policy"] not in (
-                "delete",
-                "compact",
-                "compact,delete",
-                "delete,compact",
-            ):
-                raise ValueError(values["cleanup.policy"])
-            config = cls(
-                segment_bytes=int(values["segment.bytes"]),
-                segment_ms=int(values["segment.ms"]),
-                retention_ms=int(values["retention.ms"]),
-                retention_bytes=int(values["retention.bytes"]),
-                cleanup_policy=values["cleanup.policy"],
-                log_append_time=ts_type == "LogAppendTime",
-                max_message_bytes=int(values["max.message.bytes"]),
-                flush_messages=int(values["flush.messages"]),
-                flush_ms=int(values["flush.ms"]),
-                index_interval_bytes=int(values["index.interval.bytes"]),
-                segment_index_bytes=int(values["segment.index.bytes"]),
-            )
-        except ValueError as exc:
-            raise KafkaError(ErrorCode.invalid_config, f"bad topic config: {exc}") from None
-        if config.segment_bytes < 14:
-            raise KafkaError(ErrorCode.invalid_config, "segment.bytes too small")
-        return config
+        values = {name: broker.topic_default(key)[0] for name, key in TOPIC_CONFIGS.items()}
+        values.update(parse_topic_configs(topic_overrides))
+        return cls(
+            segment_bytes=int(values["segment.bytes"]),
+            segment_ms=int(values["segment.ms"]),
+            retention_ms=int(values["retention.ms"]),
+            retention_bytes=int(values["retention.bytes"]),
+            cleanup_policy=str(values["cleanup.policy"]),
+            log_append_time=values["message.timestamp.type"] == "LogAppendTime",
+            max_message_bytes=int(values["max.message.bytes"]),
+            flush_messages=int(values["flush.messages"]),
+            flush_ms=int(values["flush.ms"]),
+            index_interval_bytes=int(values["index.interval.bytes"]),
+            segment_index_bytes=int(values["segment.index.bytes"]),
+            compression_type=str(values["compression.type"]),
+        )

@@ -22,6 +22,7 @@ from pathlib import Path
 from oncelog.broker import api
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
+from oncelog.broker.dynamic_config import describe_listeners, load_dynamic_configs
 from oncelog.broker.internal_topic_store import InternalTopicStore
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.metrics import bind_metrics, scraper, serve_metrics
@@ -76,6 +77,9 @@ class Broker:
     def _start_storage(self) -> None:
         api.load_all()
         self.cluster_id = load_meta(self.data_dir, self.node_id).cluster_id
+        describe_listeners(self.config, (self.listen_host, self.server.port),
+                           (self.advertised_host, self.advertised_port))
+        load_dynamic_configs(self.data_dir, self.config)
         internal = {
             OFFSETS_TOPIC: (
                 int(self.config["offsets.topic.num.partitions"]),

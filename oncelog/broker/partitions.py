@@ -298,6 +298,14 @@ class Partition:
     def flush(self) -> None:
         self.log.flush()
 
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (DeleteRecords), durably; the new
+        log start. Waiting read_committed fetches are woken: the LSO may have moved."""
+        before = self._offsets()
+        start = self.log.delete_records_before(offset)
+        self._maybe_wake(before)
+        return start
+
     # -- fetch waiters ----------------------------------------------------------------------
     def _offsets(self) -> tuple[int, int]:
         return self.log.high_watermark, self.log.last_stable_offset
@@ -629,6 +637,35 @@ class PartitionRegistry:
 
     def log_config(self, name: str) -> LogConfig:
         return LogConfig.resolve(self.config, self.topics[name].configs)
+
+    def set_topic_configs(
+        self, name: str, configs: Mapping[str, str], *, validate_only: bool = False
+    ) -> None:
+        """Replace a topic's config overrides: validated (KafkaError INVALID_CONFIG), stored
+        in the catalog, and applied to its partitions at once (``update_config``)."""
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+            )
+        log_config = LogConfig.resolve(self.config, configs)
+        if validate_only:
+            return
+        info.configs = dict(configs)
+        self._write_catalog()
+        self._apply(name, log_config)
+        log.info("topic %s configs are now %s", name, info.configs)
+
+    def refresh_log_configs(self) -> None:
+        """Re-resolve every topic's settings after a broker default changed."""
+        for name, info in self.topics.items():
+            self._apply(name, LogConfig.resolve(self.config, info.configs))
+
+    def _apply(self, name: str, log_config: LogConfig) -> None:
+        for index in range(self.topics[name].partitions):
+            partition = self._partitions.get((name, index))
+            if partition is not None and partition.offline is None:
+                partition.raw_log.update_config(log_config)
 
     # -- maintenance ----------------------------------------------------------------------
     def _each_online(self, operation: Callable[[Partition], int]) -> int:

@@ -496,6 +496,21 @@ class Admin:
     ) -> dict[TopicPartition, list[ProducerState]]:
         return dict(self._run(self._core.describe_producers(list(partitions))))
 
+    def delete_records(
+        self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int = 30000
+    ) -> dict[TopicPartition, int]:
+        """Delete the records below each offset (-1: the high watermark); the new low
+        watermark per partition."""
+        return dict(self._run(self._core.delete_records(offsets, timeout_ms=timeout_ms)))
+
+    def delete_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, KafkaClientError | None]:
+        """Delete a group's committed offsets (KIP-496); each partition's error or None."""
+        return dict(
+            self._run(self._core.delete_consumer_group_offsets(group_id, list(partitions)))
+        )
+
     def force_terminate_transaction(self, transactional_id: str) -> None:
         """KIP-939 forceTerminateTransaction: abort the ongoing (even prepared) transaction."""
         self._run(self._core.force_terminate_transaction(transactional_id))

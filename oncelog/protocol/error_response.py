@@ -33,7 +33,7 @@ from oncelog.errors import ErrorCode
 
 # Request fields a response list is mirrored from, when their names differ.
 _LIST_SOURCES: dict[str, tuple[str, ...]] = {
-    "responses": ("topic_data", "topics", "topic_names"),
+    "responses": ("topic_data", "topics", "topic_names", "resources"),
     "partition_responses": ("partition_data",),
     "partitions": ("partitions", "partition_indexes"),
     "results_by_transaction": ("transactions",),

@@ -59,7 +59,7 @@ from oncelog.storage.checkpoint import LogCheckpoint, write_checkpoint, write_cl
 from oncelog.storage.files import fsync_directory
 from oncelog.storage.log_loader import load_log
 from oncelog.storage.log_search import max_timestamp_offset, offset_for_timestamp, read_batches
-from oncelog.storage.retention import segments_below, segments_to_delete
+from oncelog.storage.retention import segment_timestamp, segments_below, segments_to_delete
 from oncelog.storage.segment import INT32_MAX, LogSegment
 from oncelog.storage.txn_index import AbortedTxn
 
@@ -407,12 +407,7 @@ class PartitionLog:
         self._flush()
 
     def _flush(self, *, force_checkpoint: bool = False) -> None:
-        for segment in self._segments:
-            if segment.unflushed:
-                segment.flush()
-        if self._dir_dirty:
-            fsync_directory(self._directory)
-            self._dir_dirty = False
+        self._fsync(self._segments)
         self._recovery_point = self._segments[-1].next_offset
         self._last_flush_ms = self._clock.now_ms()
         self._write_checkpoint(force=force_checkpoint)
@@ -431,15 +426,20 @@ class PartitionLog:
         active = self._segments[-1]
         if self._recovery_point >= active.base_offset:
             return False
-        for segment in self._segments[:-1]:
+        self._fsync(self._segments[:-1])
+        self._recovery_point = active.base_offset
+        self._write_checkpoint()
+        return True
+
+    def _fsync(self, segments: list[LogSegment]) -> None:
+        """fsync the unflushed ones of ``segments``, then the directory if files came or
+        went since its last fsync."""
+        for segment in segments:
             if segment.unflushed:
                 segment.flush()
         if self._dir_dirty:
             fsync_directory(self._directory)
             self._dir_dirty = False
-        self._recovery_point = active.base_offset
-        self._write_checkpoint()
-        return True
 
     def _write_checkpoint(self, *, force: bool = False) -> None:
         checkpoint = LogCheckpoint(self._recovery_point, self._log_start_offset)
@@ -454,8 +454,14 @@ class PartitionLog:
         ``retention.segments_to_delete`` decides (below the log start offset, then by
         retention.ms, then by retention.bytes). Returns segments deleted."""
         self._check_open()
+        segments = self._segments
         count, reason = segments_to_delete(
-            self._segments, self._log_start_offset, self._config, self._clock
+            self._bases,
+            lambda i: segments[i].size,
+            lambda i: segment_timestamp(segments[i]),
+            self._log_start_offset,
+            self._config,
+            self._clock,
         )
         if count:
             self._delete_oldest(count, reason)

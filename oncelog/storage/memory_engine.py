@@ -13,6 +13,7 @@ scenarios.
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,10 +27,13 @@ from oncelog.records.codec import decode_batch
 from oncelog.records.validate import assign_offsets
 from oncelog.storage.log import AppendResult, ReadResult
 from oncelog.storage.producer_state import ProducerStateManager
+from oncelog.storage.retention import segments_below, segments_to_delete
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.unified_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, UnifiedLog
 
 __all__ = ["MemoryLog", "open_memory_engine"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,25 +208,24 @@ class MemoryLog:
         pass
 
     def apply_retention(self) -> int:
-        """Delete whole segments, oldest first and never the active one, as the file log:
-        those below the log start, then by ``retention.ms``, then by ``retention.bytes``."""
+        """Delete whole segments, oldest first and never the active one, by the file log's
+        rules (``retention.segments_to_delete``)."""
         bases = self._segment_bases
-        limit = len(bases) - 1
-        count = self._segments_below_start()
-        config = self._config
-        if "delete" in config.cleanup_policy:
-            now = self._clock.now_ms()
-            if config.retention_ms >= 0:
-                while count < limit and now - self._segment_time(count) > config.retention_ms:
-                    count += 1
-            if config.retention_bytes >= 0:
-                excess = self._size - self._segment_size(0, count) - config.retention_bytes
-                while count < limit and excess - self._segment_size(count, count + 1) >= 0:
-                    excess -= self._segment_size(count, count + 1)
-                    count += 1
+        count, reason = segments_to_delete(
+            bases,
+            lambda i: self._segment_size(i, i + 1),
+            self._segment_time,
+            self._log_start_offset,
+            self._config,
+            self._clock,
+        )
         if count:
             self._drop_below(bases[count])
             del bases[:count]
+            logger.info(
+                "%s: deleted %d segments (%s); log start offset %d",
+                self._directory, count, reason, self._log_start_offset,
+            )
         return count
 
     def _segment_range(self, first: int, last: int) -> range:
@@ -255,19 +258,11 @@ class MemoryLog:
         if offset <= self._log_start_offset:
             return self._log_start_offset
         self._log_start_offset = offset
-        count = self._segments_below_start()
+        count = segments_below(self._segment_bases, self._log_start_offset)
         if count:
             self._drop_below(self._segment_bases[count])
             del self._segment_bases[:count]
         return self._log_start_offset
-
-    def _segments_below_start(self) -> int:
-        """How many of the oldest segments lie entirely below the log start."""
-        bases = self._segment_bases
-        count = 0
-        while count < len(bases) - 1 and bases[count + 1] <= self._log_start_offset:
-            count += 1
-        return count
 
     def truncate_to(self, offset: int) -> None:
         if offset < 0:

@@ -26,18 +26,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from crc32c import crc32c
-
-from oncelog.records.batch import ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+from oncelog.records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from oncelog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from oncelog.storage.segment_scan import (
+    HEADER,
+    INT32_MAX,
+    CorruptSegmentError,
+    RecoveryOutcome,
+    read_prefix,
+    scan_for_recovery,
+    walk_headers,
+    walk_prefixes,
+)
 from oncelog.storage.txn_index import AbortedTxn, TransactionIndex
 
 __all__ = [
+    "INT32_MAX",
     "SUFFIXES",
     "CorruptSegmentError",
     "LogSegment",
@@ -53,34 +60,8 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
-INT32_MAX = 2**31 - 1
-MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
-
-# The first 43 header bytes: baseOffset, batchLength, leaderEpoch, magic, crc, attributes,
-# lastOffsetDelta, baseTimestamp, maxTimestamp -- all a header walk needs.
-_PREFIX = struct.Struct(">qiibIhiqq")
-_PREFIX_SIZE = _PREFIX.size
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_RECOVERY_CHUNK = 1 << 20
-
-
-class CorruptSegmentError(Exception):
-    """The bytes of a segment that should be valid are not (found while walking headers)."""
-
-
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryOutcome:
-    """What ``LogSegment.recover`` found: ``truncated_bytes`` > 0 means a torn or corrupt
-    batch at ``valid_bytes`` (offset ``next_offset``) and everything after it was cut."""
-
-    valid_bytes: int
-    truncated_bytes: int
-    next_offset: int
-    reason: str
 
 
 class LogSegment:
@@ -399,60 +380,16 @@ class LogSegment:
         return os.pread(self.fd, end - start, start)
 
     def _read_prefix(self, position: int) -> tuple[int, ...] | None:
-        data = os.pread(self.fd, _PREFIX_SIZE, position)
-        if len(data) < _PREFIX_SIZE:
-            return None
-        return _PREFIX.unpack(data)
+        return read_prefix(self.fd, position)
 
     def walk(self, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
         """Yield ``(position, base_offset, size, last_offset_delta, max_timestamp)`` for the
-        batches from byte ``start`` (a batch boundary) to ``end``, reading chunks of headers."""
-        fd = self.fd
-        chunk = self.walk_chunk
-        unpack_from = _PREFIX.unpack_from
-        pos = start
-        while end - pos >= HEADER_SIZE:
-            data = os.pread(fd, min(chunk, end - pos), pos)
-            n = len(data)
-            off = 0
-            while n - off >= _PREFIX_SIZE:
-                base, length, _e, _m, _c, _a, delta, _bt, max_ts = unpack_from(data, off)
-                if length < MIN_BATCH_LENGTH:
-                    raise CorruptSegmentError(
-                        f"segment {self.base_offset}: batch length {length} at byte {pos + off}"
-                    )
-                size = length + LOG_OVERHEAD
-                yield pos + off, base, size, delta, max_ts
-                off += size
-            if off == 0:
-                raise CorruptSegmentError(
-                    f"segment {self.base_offset}: file ends inside a header at byte {pos}"
-                )
-            pos += off
+        batches from byte ``start`` (a batch boundary) to ``end`` (``walk_prefixes``)."""
+        return walk_prefixes(self.fd, self.base_offset, start, end, self.walk_chunk)
 
     def headers(self, start: int, end: int) -> Iterator[BatchHeader]:
         """Full headers of the batches from byte ``start`` (a batch boundary) to ``end``."""
-        fd = self.fd
-        unpack_from = _HEADER.unpack_from
-        pos = start
-        while end - pos >= HEADER_SIZE:
-            data = os.pread(fd, min(self.walk_chunk, end - pos), pos)
-            n = len(data)
-            off = 0
-            while n - off >= HEADER_SIZE:
-                header = BatchHeader(*unpack_from(data, off))
-                if header.batch_length < MIN_BATCH_LENGTH:
-                    raise CorruptSegmentError(
-                        f"segment {self.base_offset}: batch length {header.batch_length} "
-                        f"at byte {pos + off}"
-                    )
-                yield header
-                off += header.batch_length + LOG_OVERHEAD
-            if off == 0:
-                raise CorruptSegmentError(
-                    f"segment {self.base_offset}: file ends inside a header at byte {pos}"
-                )
-            pos += off
+        return walk_headers(self.fd, self.base_offset, start, end, self.walk_chunk)
 
     def find_batch(self, offset: int) -> tuple[int, int, int, int] | None:
         """``(position, base_offset, size, last_offset_delta)`` of the first batch whose last
@@ -507,86 +444,20 @@ class LogSegment:
 
     def recover(self, index_interval: int) -> RecoveryOutcome:
         """Validate every batch (sizes, magic, offsets, CRC32C), cut the file at the first bad
-        one, and rebuild both indexes and the in-memory state from what is valid."""
-        fd = self.fd
-        file_size = os.fstat(fd).st_size
-        self.offset_index.reset()
-        self.time_index.reset()
-        offset_index = self.offset_index
-        time_index = self.time_index
-        base_offset = self.base_offset
-        unpack_from = _HEADER.unpack_from
-        expected = base_offset
-        max_ts = -1
-        max_ts_offset = -1
-        rolling_ts = -1
-        since = 0
-        pos = 0
-        buf = b""
-        view = memoryview(buf)
-        buf_start = 0
-        reason = ""
-        while pos < file_size:
-            remaining = file_size - pos
-            if remaining < HEADER_SIZE:
-                reason = f"torn batch header ({remaining} bytes)"
-                break
-            off = pos - buf_start
-            if off + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, _RECOVERY_CHUNK, pos)
-                view = memoryview(buf)
-                buf_start = pos
-                off = 0
-            (first, length, _epoch, magic, crc, _attrs, delta, _base_ts, batch_max_ts,
-             _pid, _pepoch, _seq, _count) = unpack_from(buf, off)
-            size = length + LOG_OVERHEAD
-            if magic != 2:
-                reason = f"magic {magic}"
-                break
-            if length < MIN_BATCH_LENGTH:
-                reason = f"batch length {length}"
-                break
-            if size > remaining:
-                reason = f"torn batch ({size} bytes declared, {remaining} present)"
-                break
-            if first != expected or delta < 0 or first + delta - base_offset > INT32_MAX:
-                reason = f"offsets {first}+{delta} after {expected - 1}"
-                break
-            if off + size > len(buf):
-                buf = os.pread(fd, max(size, _RECOVERY_CHUNK), pos)
-                view = memoryview(buf)
-                buf_start = pos
-                off = 0
-            if crc32c(view[off + ATTRIBUTES_OFFSET : off + size]) != crc:
-                reason = "crc mismatch"
-                break
-            last = first + delta
-            if pos == 0:
-                rolling_ts = batch_max_ts
-            if batch_max_ts > max_ts:
-                max_ts = batch_max_ts
-                max_ts_offset = last
-            if since > index_interval:
-                offset_index.append(last - base_offset, pos)
-                time_index.maybe_append(max_ts, max_ts_offset - base_offset)
-                since = 0
-            since += size
-            pos += size
-            expected = last + 1
-        view.release()
-        truncated = file_size - pos
-        if truncated:
-            os.ftruncate(fd, pos)
-        offset_index.rewrite()
-        time_index.rewrite()
-        self.size = pos
-        self.next_offset = expected
-        self.max_timestamp = max_ts
-        self.offset_of_max_timestamp = max_ts_offset
-        self.rolling_timestamp = rolling_ts
-        self.bytes_since_index_entry = since
+        one, and rebuild both indexes and the in-memory state from what is valid
+        (``segment_scan.scan_for_recovery``)."""
+        scan = scan_for_recovery(
+            self.fd, self.base_offset, self.offset_index, self.time_index, index_interval
+        )
+        outcome = scan.outcome
+        self.size = outcome.valid_bytes
+        self.next_offset = outcome.next_offset
+        self.max_timestamp = scan.max_timestamp
+        self.offset_of_max_timestamp = scan.offset_of_max_timestamp
+        self.rolling_timestamp = scan.rolling_timestamp
+        self.bytes_since_index_entry = scan.bytes_since_index_entry
         self.unflushed = True
-        return RecoveryOutcome(pos, truncated, expected, reason)
+        return outcome
 
     def truncate_to(self, offset: int) -> int:
         """Remove the batch holding ``offset`` and everything after it; return the bytes
@@ -629,7 +500,7 @@ class LogSegment:
         data = os.pread(self.fd, HEADER_SIZE, position)
         if len(data) < HEADER_SIZE:
             raise CorruptSegmentError(f"segment {self.base_offset}: short header at {position}")
-        return BatchHeader(*_HEADER.unpack(data))
+        return BatchHeader(*HEADER.unpack(data))
 
     def __repr__(self) -> str:
         return (

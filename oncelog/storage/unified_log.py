@@ -25,27 +25,21 @@ are readable. On one node the engine advances it to the log end after each appen
 offset)`` (retention may delete the start of an open transaction), or the high watermark when
 no transaction is open, and never above the high watermark.
 
-Recovery only replays: delete producer-state snapshots above the recovered log end (a power
-loss may have cut the log below them), load the newest remaining one, drop index entries
-whose marker is at or above it, then apply every batch from there to the end (data batches
-and markers), rebuilding those entries. Entries below the snapshot are trusted because the
-transaction indexes are fsynced before a snapshot is written. A rejected ``.txnindex`` moves
-the replay start down to its segment (and its snapshots above are deleted first, so a crash
-during the rebuild still rebuilds it on the next start). ``truncate_to`` is the same reload
-(Kafka's truncateAndReload) after cutting the log.
+Recovery only replays (``oncelog.storage.file_engine`` opens the files and loads the newest
+usable producer-state snapshot; ``_rebuild_from`` applies every batch after it, and
+``truncate_to`` is the same reload, Kafka's truncateAndReload, after cutting the log).
 
 Producer-state snapshots are taken when the store rolls. The bytes are encoded at the roll
 and handed, as a job, to the injected ``snapshot_writer`` (default: run at once), so the
 broker can write them off the event loop; a job writes under a lock and only if no
 truncation or close happened since it was made, so a snapshot file only ever appears with
-the content for its offset.
+the content for its offset (``file_engine.RollSnapshots``).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from oncelog.clock import Clock
@@ -56,25 +50,29 @@ from oncelog.records.codec import decode_batch
 from oncelog.records.control import ControlType, decode_control, encode_marker_batch
 from oncelog.storage import snapshot
 from oncelog.storage.engine import AppendOrigin, FetchResult, IsolationLevel
-from oncelog.storage.log import AppendResult, PartitionLog
+from oncelog.storage.file_engine import (
+    RollSnapshots,
+    SnapshotJob,
+    SnapshotWriter,
+    open_partition_files,
+    write_now,
+)
+from oncelog.storage.log import AppendResult
 from oncelog.storage.log_store import LogStore
 from oncelog.storage.producer_state import ProducerInfo, ProducerStateManager
 from oncelog.storage.txn_index import AbortedTxn
 
+__all__ = [
+    "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
+    "SnapshotJob",
+    "SnapshotWriter",
+    "UnifiedLog",
+    "write_now",
+]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
-SNAPSHOTS_KEPT = 2
-
-SnapshotJob = Callable[[], None]
-SnapshotWriter = Callable[[SnapshotJob], None]
-"""Runs a snapshot job (which does blocking file I/O), now or later, in submission order."""
-
-
-def write_now(job: SnapshotJob) -> None:
-    """The default snapshot writer: write synchronously, inside the append."""
-    job()
-
 
 class UnifiedLog:
     """One partition's engine (``oncelog.storage.engine.PartitionEngine``)."""
@@ -97,9 +95,7 @@ class UnifiedLog:
         self._high_watermark = log.log_end_offset
         self._auto_high_watermark = auto_high_watermark
         self._snapshot_dir = snapshot_dir
-        self._snapshot_writer = snapshot_writer
-        self._snapshot_lock = threading.Lock()
-        self._snapshot_generation = 0  # bumped by truncation and close: stale jobs skip
+        self._snapshots = RollSnapshots(snapshot_dir, snapshot_writer)
 
     @classmethod
     def open(
@@ -113,20 +109,8 @@ class UnifiedLog:
         auto_high_watermark: bool = True,
     ) -> UnifiedLog:
         """The file engine: open (or create) the partition in ``directory`` and recover."""
-        log = PartitionLog.open(directory, config, clock)
-        state = ProducerStateManager(directory.name, clock, producer_id_expiration_ms)
-        # Kafka's removeStraySnapshots / truncateAndReload: nothing above the log end (nor
-        # above an untrusted transaction index) may be loaded, now or after a later crash.
-        keep_below = log.log_end_offset
-        rebuild_from = log.txn_index_rebuild_from
-        if rebuild_from is not None and rebuild_from < keep_below:
-            keep_below = rebuild_from
-        if snapshot.delete_snapshots_after(directory, keep_below):
-            logger.warning(
-                "%s: deleted producer snapshots above offset %d (log end %d)",
-                directory, keep_below, log.log_end_offset,
-            )
-        start = snapshot.load_state(state, directory, max_offset=keep_below)
+        files = open_partition_files(directory, config, clock, producer_id_expiration_ms)
+        log, state, start = files.log, files.producer_state, files.replay_from
         unified = cls(
             log, state, clock, snapshot_dir=directory, snapshot_writer=snapshot_writer,
             auto_high_watermark=auto_high_watermark,
@@ -350,50 +334,15 @@ class UnifiedLog:
     # -- producer-state snapshots -----------------------------------------------------------
     def _snapshot_on_roll(self) -> None:
         """Capture the producer state at the log end now; write it through the writer."""
-        directory = self._snapshot_dir
-        if directory is None:
-            return
-        try:
-            self.log.flush_txn_indexes()  # recovery trusts every entry below a snapshot
-        except OSError as exc:
-            logger.warning("%s: producer state snapshot skipped: %s", directory, exc)
-            return
-        offset = self.log.log_end_offset
-        data = snapshot.encode_state(self.producer_state, offset)
-        generation = self._snapshot_generation
-
-        def job() -> None:
-            with self._snapshot_lock:
-                if generation != self._snapshot_generation:
-                    return  # truncated or closed since: the offset may not exist any more
-                try:
-                    snapshot.write_encoded(directory, offset, data)
-                    snapshot.keep_latest(directory, SNAPSHOTS_KEPT)
-                except OSError as exc:
-                    logger.warning("%s: producer state snapshot at %d failed: %s",
-                                   directory, offset, exc)
-
-        self.producer_state.on_snapshot_written(offset)
-        self._snapshot_writer(job)
+        self._snapshots.on_roll(self.log, self.producer_state)
 
     def _invalidate_pending_snapshots(self) -> None:
-        with self._snapshot_lock:
-            self._snapshot_generation += 1
+        self._snapshots.invalidate()
 
     def take_snapshot(self) -> None:
         """Snapshot the producer state at the log end, synchronously. The transaction
         indexes are fsynced first: recovery trusts every entry below a snapshot."""
-        directory = self._snapshot_dir
-        if directory is None:
-            return
-        try:
-            self.log.flush_txn_indexes()
-            with self._snapshot_lock:
-                snapshot.take_snapshot(
-                    self.producer_state, directory, self.log.log_end_offset, keep=SNAPSHOTS_KEPT
-                )
-        except OSError as exc:
-            logger.warning("%s: producer state snapshot failed: %s", directory, exc)
+        self._snapshots.take_now(self.log, self.producer_state)
 
     # -- truncation -------------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:

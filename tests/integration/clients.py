@@ -11,8 +11,9 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -91,7 +92,7 @@ class ConfluentClient:
         records: list[Sent],
         *,
         compression: str = "none",
-        extra: dict[str, object] | None = None,
+        extra: Mapping[str, object] | None = None,
         stop: StopFlag | None = None,
         on_ack: Callable[[Acked], None] | None = None,
     ) -> list[Acked]:
@@ -170,13 +171,18 @@ class ConfluentClient:
                 for msg in consumer.consume(1000, 0.5):
                     if msg.error():
                         continue
+                    partition, offset = msg.partition(), msg.offset()
+                    assert partition is not None and offset is not None
+                    # A consumed message's headers are a list of (str, bytes) pairs; the
+                    # stub's type also covers the dict a producer may be given.
+                    headers = cast("list[tuple[str, bytes | None]] | None", msg.headers())
                     got.append(
                         Got(
-                            msg.partition(),
-                            msg.offset(),
+                            partition,
+                            offset,
                             msg.key(),
                             msg.value(),
-                            _norm_headers(msg.headers()),
+                            _norm_headers(headers),
                         )
                     )
             if commit and got:
@@ -220,7 +226,7 @@ class KafkaPythonClient:
         records: list[Sent],
         *,
         compression: str = "none",
-        extra: dict[str, object] | None = None,
+        extra: Mapping[str, object] | None = None,
         stop: StopFlag | None = None,
         on_ack: Callable[[Acked], None] | None = None,
     ) -> list[Acked]:
@@ -354,7 +360,7 @@ class AioKafkaClient:
         records: list[Sent],
         *,
         compression: str = "none",
-        extra: dict[str, object] | None = None,
+        extra: Mapping[str, object] | None = None,
         stop: StopFlag | None = None,
         on_ack: Callable[[Acked], None] | None = None,
     ) -> list[Acked]:

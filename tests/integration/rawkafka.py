@@ -14,7 +14,9 @@ from kio.schema.produce.v8.request import (
     ProduceRequest,
     TopicProduceData,
 )
+from kio.schema.types import TopicName, TransactionalId
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 
 class RawConnection:
@@ -94,12 +96,17 @@ def produce(
     """One Produce v8 (acks=all) of ``records`` to partition ``index``; its response."""
     resp = conn.request(
         ProduceRequest(
-            transactional_id=transactional_id,
-            acks=-1,
-            timeout=datetime.timedelta(seconds=5),
+            transactional_id=(
+                None if transactional_id is None else TransactionalId(transactional_id)
+            ),
+            acks=i16(-1),
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
             topic_data=(
                 TopicProduceData(
-                    name=topic, partition_data=(PartitionProduceData(index=index, records=records),)
+                    name=TopicName(topic),
+                    partition_data=(
+                        PartitionProduceData(index=i32(index), records=Records(records)),
+                    ),
                 ),
             ),
         )

@@ -11,6 +11,8 @@ import pytest
 from kio.schema.api_versions.v3 import ApiVersionsRequest
 from kio.schema.create_topics.v5.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 from rawkafka import RawConnection
 from test_protocol_errors import produce as produce_records
 
@@ -33,10 +35,10 @@ def create_topic(conn: RawConnection, name: str, partitions: int) -> ErrorCode:
     response = conn.request(
         CreateTopicsRequest(
             topics=(
-                CreatableTopic(name=name, num_partitions=partitions, replication_factor=1,
-                               assignments=(), configs=()),
+                CreatableTopic(name=TopicName(name), num_partitions=i32(partitions),
+                               replication_factor=i16(1), assignments=(), configs=()),
             ),
-            timeout=datetime.timedelta(seconds=5),
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
             validate_only=False,
         )
     )

@@ -104,7 +104,7 @@ def test_missing_topics_json_is_rebuilt_and_data_stays_readable(
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:
         consumer.subscribe(["kept"])
-        values: set[bytes] = set()
+        values: set[bytes | None] = set()
         for _ in range(60):
             message = consumer.poll(1.0)
             if message is not None and message.error() is None:

@@ -27,7 +27,7 @@ from kio.schema.describe_topic_partitions.v0 import request as dtp
 from kio.schema.elect_leaders.v2 import request as el
 from kio.schema.list_partition_reassignments.v0 import request as lpr
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i16, i32
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 from rawkafka import request_once
 
 from tests.support.broker import BrokerProcess
@@ -38,7 +38,7 @@ from tests.support.names import unique_topic
 MASKED = {
     "topic_id", "port", "cluster_id", "log_dir", "total_bytes", "usable_bytes", "configs",
 }
-TIMEOUT = timedelta(seconds=10)
+TIMEOUT = i32Timedelta.parse(timedelta(seconds=10))
 
 
 def plain(value: Any) -> Any:
@@ -128,10 +128,11 @@ def test_manual_replica_assignments_answer_as_kafka(
             validate_only=False,
         )
 
-    for count, replicas in [
+    growths: list[tuple[int, list[list[int]]]] = [
         (3, [[2]]), (3, [[1, 1]]), (3, [[]]), (4, [[1]]), (3, [[1], [1]]), (3, []),
         (3, [[1]]), (5, [[1], [1]]),
-    ]:
+    ]
+    for count, replicas in growths:
         on_kafka, on_oncelog = both(kafka_broker, broker, grow(count, replicas))
         assert on_oncelog == on_kafka, (count, replicas)
 

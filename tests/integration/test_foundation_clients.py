@@ -16,6 +16,8 @@ from collections import defaultdict
 import pytest
 from clients import CLIENTS, CODECS, Acked, Got, StopFlag, end_offsets, make_records
 
+from tests.support.broker import BrokerProcess
+
 pytestmark = pytest.mark.integration
 
 RECORDS_PER_CODEC = 10_000
@@ -46,7 +48,7 @@ def check_exact(acked: list[Acked], got: list[Got]) -> None:
 
 
 @pytest.mark.parametrize("client_name", list(CLIENTS))
-def test_produce_consume_commit_restart(broker, client_name: str) -> None:
+def test_produce_consume_commit_restart(broker: BrokerProcess, client_name: str) -> None:
     client = CLIENTS[client_name](broker.bootstrap)
     topic = f"found-{client_name}"
     client.create_topic(topic, PARTITIONS)
@@ -78,7 +80,7 @@ def test_produce_consume_commit_restart(broker, client_name: str) -> None:
 
 
 @pytest.mark.parametrize("client_name", list(CLIENTS))
-def test_kill_9_while_producing_keeps_acknowledged(broker, client_name: str) -> None:
+def test_kill_9_while_producing_keeps_acknowledged(broker: BrokerProcess, client_name: str) -> None:
     client = CLIENTS[client_name](broker.bootstrap)
     topic = f"kill-{client_name}"
     client.create_topic(topic, PARTITIONS)

@@ -20,7 +20,7 @@ from kio.schema.list_offsets.v5.request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from kio.static.primitive import i8, i32, i64
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 from rawkafka import request_once
 
 pytestmark = pytest.mark.integration
@@ -60,7 +60,7 @@ def fetch_committed(bootstrap: str, topic: str, offset: int) -> Any:
     resp = request_once(
         bootstrap,
         FetchRequest(
-            max_wait=datetime.timedelta(milliseconds=0),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=0)),
             min_bytes=i32(0),
             isolation_level=i8(READ_COMMITTED),
             forgotten_topics_data=(),
@@ -171,7 +171,9 @@ def test_lso_is_not_below_log_start_after_retention(broker_factory: Any) -> None
             msg = consumer.poll(0.2)
             if msg is not None:
                 assert msg.error() is None, msg.error()
-                received.append(msg.value())
+                value = msg.value()
+                assert value is not None
+                received.append(value)
             return len(received) >= 3
 
         wait_for("records from the log start after the commit", got_all)

@@ -11,10 +11,14 @@ from kio.schema.api_versions.v3 import ApiVersionsRequest
 from kio.schema.create_topics.v5.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 from rawkafka import RawConnection
 from rawkafka import produce as raw_produce
 
 from oncelog.records.codec import RecordInput, encode_batch
+from tests.conftest import BrokerFactory
+from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +49,14 @@ def create_topic(bootstrap: str, name: str) -> ErrorCode:
             CreateTopicsRequest(
                 topics=(
                     CreatableTopic(
-                        name=name,
-                        num_partitions=1,
-                        replication_factor=1,
+                        name=TopicName(name),
+                        num_partitions=i32(1),
+                        replication_factor=i16(1),
                         assignments=(),
                         configs=(),
                     ),
                 ),
-                timeout=datetime.timedelta(seconds=5),
+                timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
                 validate_only=False,
             )
         )
@@ -61,7 +65,7 @@ def create_topic(bootstrap: str, name: str) -> ErrorCode:
         conn.close()
 
 
-def test_unsupported_api_versions_version_gets_v0_answer(shared_broker) -> None:
+def test_unsupported_api_versions_version_gets_v0_answer(shared_broker: BrokerProcess) -> None:
     conn = RawConnection(shared_broker.bootstrap)
     conn.send_frame(conn.header(18, 99, flexible=False))
     frame = conn.recv_frame()
@@ -75,7 +79,7 @@ def test_unsupported_api_versions_version_gets_v0_answer(shared_broker) -> None:
     conn.close()
 
 
-def test_unknown_api_key_closes_connection(shared_broker) -> None:
+def test_unknown_api_key_closes_connection(shared_broker: BrokerProcess) -> None:
     conn = RawConnection(shared_broker.bootstrap)
     conn.send_frame(conn.header(9999, 0, flexible=False))
     assert conn.recv_frame() is None
@@ -83,7 +87,7 @@ def test_unknown_api_key_closes_connection(shared_broker) -> None:
     assert alive(shared_broker.bootstrap)
 
 
-def test_unsupported_version_of_other_api_closes_connection(shared_broker) -> None:
+def test_unsupported_version_of_other_api_closes_connection(shared_broker: BrokerProcess) -> None:
     conn = RawConnection(shared_broker.bootstrap)
     conn.send_frame(conn.header(3, 200, flexible=False))
     assert conn.recv_frame() is None
@@ -92,7 +96,9 @@ def test_unsupported_version_of_other_api_closes_connection(shared_broker) -> No
 
 
 @pytest.mark.parametrize("garbage", [b"", b"\x01", b"\xff" * 7, b"\x00\x05abc"])
-def test_truncated_or_malformed_body_closes_connection(shared_broker, garbage: bytes) -> None:
+def test_truncated_or_malformed_body_closes_connection(
+    shared_broker: BrokerProcess, garbage: bytes
+) -> None:
     conn = RawConnection(shared_broker.bootstrap)
     conn.send_frame(conn.header(3, 9, flexible=True) + garbage)
     assert conn.recv_frame() is None
@@ -100,7 +106,7 @@ def test_truncated_or_malformed_body_closes_connection(shared_broker, garbage: b
     assert alive(shared_broker.bootstrap)
 
 
-def test_truncated_header_closes_connection(shared_broker) -> None:
+def test_truncated_header_closes_connection(shared_broker: BrokerProcess) -> None:
     conn = RawConnection(shared_broker.bootstrap)
     conn.send_frame(b"\x00\x03")
     assert conn.recv_frame() is None
@@ -108,7 +114,9 @@ def test_truncated_header_closes_connection(shared_broker) -> None:
     assert alive(shared_broker.bootstrap)
 
 
-def test_frame_over_socket_request_max_bytes_closes_connection(broker_factory) -> None:
+def test_frame_over_socket_request_max_bytes_closes_connection(
+    broker_factory: BrokerFactory,
+) -> None:
     broker = broker_factory(configs={"socket.request.max.bytes": "1000"})
     conn = RawConnection(broker.bootstrap)
     conn.sock.sendall(struct.pack(">i", 5000) + b"\0" * 100)
@@ -121,7 +129,7 @@ def test_frame_over_socket_request_max_bytes_closes_connection(broker_factory) -
     assert alive(broker.bootstrap)
 
 
-def test_metadata_works_over_raw_connection(shared_broker) -> None:
+def test_metadata_works_over_raw_connection(shared_broker: BrokerProcess) -> None:
     conn = RawConnection(shared_broker.bootstrap)
     resp = conn.request(
         MetadataRequest(
@@ -133,7 +141,7 @@ def test_metadata_works_over_raw_connection(shared_broker) -> None:
     conn.close()
 
 
-def test_produce_errors(shared_broker) -> None:
+def test_produce_errors(shared_broker: BrokerProcess) -> None:
     bootstrap = shared_broker.bootstrap
     assert create_topic(bootstrap, "errs") == ErrorCode.none
     good = encode_batch([RecordInput(key=b"k", value=b"v")])
@@ -165,10 +173,10 @@ def test_produce_errors(shared_broker) -> None:
         ("ok.topic_name-1", ErrorCode.none),
     ],
 )
-def test_create_topic_names(shared_broker, name: str, code: ErrorCode) -> None:
+def test_create_topic_names(shared_broker: BrokerProcess, name: str, code: ErrorCode) -> None:
     assert create_topic(shared_broker.bootstrap, name) == code
 
 
-def test_create_existing_topic(shared_broker) -> None:
+def test_create_existing_topic(shared_broker: BrokerProcess) -> None:
     assert create_topic(shared_broker.bootstrap, "twice") == ErrorCode.none
     assert create_topic(shared_broker.bootstrap, "twice") == ErrorCode.topic_already_exists

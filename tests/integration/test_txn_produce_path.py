@@ -31,15 +31,17 @@ from kio.schema.txn_offset_commit.v3.request import (
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,
 )
+from kio.schema.types import BrokerId, GroupId, ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from rawkafka import RawConnection, produce
 
 from oncelog.records.codec import RecordInput, encode_batch
 
 pytestmark = pytest.mark.integration
 
-TIMEOUT = datetime.timedelta(seconds=60)
-LATEST = -1
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=60))
+LATEST = i64(-1)
+READ_UNCOMMITTED, READ_COMMITTED = i8(0), i8(1)
 
 
 @pytest.fixture
@@ -58,11 +60,11 @@ def create_topic(conn: RawConnection, partitions: int = 1) -> str:
         CreateTopicsRequest(
             topics=(
                 CreatableTopic(
-                    name=name, num_partitions=partitions, replication_factor=1,
-                    assignments=(), configs=(),
+                    name=TopicName(name), num_partitions=i32(partitions),
+                    replication_factor=i16(1), assignments=(), configs=(),
                 ),
             ),
-            timeout=datetime.timedelta(seconds=5),
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
             validate_only=False,
         )
     )
@@ -81,7 +83,9 @@ def records(
 
 def init(conn: RawConnection, txn_id: str, **kwargs: Any) -> tuple[int, int]:
     resp = conn.request(
-        InitProducerIdRequest(transactional_id=txn_id, transaction_timeout=TIMEOUT, **kwargs)
+        InitProducerIdRequest(
+            transactional_id=TransactionalId(txn_id), transaction_timeout=TIMEOUT, **kwargs
+        )
     )
     assert resp.error_code == ErrorCode.none
     return int(resp.producer_id), int(resp.producer_epoch)
@@ -90,10 +94,12 @@ def init(conn: RawConnection, txn_id: str, **kwargs: Any) -> tuple[int, int]:
 def add_partition(conn: RawConnection, txn_id: str, pid: int, epoch: int, topic: str) -> None:
     resp = conn.request(
         AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=txn_id,
-            v3_and_below_producer_id=pid,
-            v3_and_below_producer_epoch=epoch,
-            v3_and_below_topics=(AddPartitionsToTxnTopic(name=topic, partitions=(0,)),),
+            v3_and_below_transactional_id=TransactionalId(txn_id),
+            v3_and_below_producer_id=ProducerId(pid),
+            v3_and_below_producer_epoch=i16(epoch),
+            v3_and_below_topics=(
+                AddPartitionsToTxnTopic(name=TopicName(topic), partitions=(i32(0),)),
+            ),
         )
     )
     code = resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
@@ -103,7 +109,8 @@ def add_partition(conn: RawConnection, txn_id: str, pid: int, epoch: int, topic:
 def end_txn(conn: RawConnection, txn_id: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
     resp = conn.request(
         EndTxnRequest(
-            transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit
+            transactional_id=TransactionalId(txn_id), producer_id=ProducerId(pid),
+            producer_epoch=i16(epoch), committed=commit,
         )
     )
     return resp.error_code
@@ -115,12 +122,14 @@ def offsets(conn: RawConnection, topic: str) -> tuple[int, int]:
     for isolation in (READ_UNCOMMITTED, READ_COMMITTED):
         resp = conn.request(
             ListOffsetsRequest(
-                replica_id=-1,
+                replica_id=BrokerId(-1),
                 isolation_level=isolation,
                 topics=(
                     ListOffsetsTopic(
-                        name=topic,
-                        partitions=(ListOffsetsPartition(partition_index=0, timestamp=LATEST),),
+                        name=TopicName(topic),
+                        partitions=(
+                            ListOffsetsPartition(partition_index=i32(0), timestamp=LATEST),
+                        ),
                     ),
                 ),
             )
@@ -136,18 +145,18 @@ def txn_offset_commit(
 ) -> ErrorCode:
     resp = conn.request(
         TxnOffsetCommitRequest(
-            transactional_id=txn_id,
-            group_id=group,
-            producer_id=pid,
-            producer_epoch=epoch,
+            transactional_id=TransactionalId(txn_id),
+            group_id=GroupId(group),
+            producer_id=ProducerId(pid),
+            producer_epoch=i16(epoch),
             group_instance_id=None,
             topics=(
                 TxnOffsetCommitRequestTopic(
-                    name=topic,
+                    name=TopicName(topic),
                     partitions=(
                         TxnOffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=offset,
-                            committed_leader_epoch=-1, committed_metadata="",
+                            partition_index=i32(0), committed_offset=i64(offset),
+                            committed_leader_epoch=i32(-1), committed_metadata="",
                         ),
                     ),
                 ),
@@ -160,8 +169,8 @@ def txn_offset_commit(
 def committed_offset(conn: RawConnection, group: str, topic: str) -> int:
     resp = conn.request(
         OffsetFetchRequest(
-            group_id=group,
-            topics=(OffsetFetchRequestTopic(name=topic, partition_indexes=(0,)),),
+            group_id=GroupId(group),
+            topics=(OffsetFetchRequestTopic(name=TopicName(topic), partition_indexes=(i32(0),)),),
             require_stable=True,
         )
     )
@@ -228,7 +237,8 @@ def test_zombie_after_keep_prepared_cannot_slip_records_into_the_commit(
     add_partition(conn, txn_id, pid, epoch, topic)
     assert conn.request(
         AddOffsetsToTxnRequest(
-            transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, group_id=group
+            transactional_id=TransactionalId(txn_id), producer_id=ProducerId(pid),
+            producer_epoch=i16(epoch), group_id=GroupId(group),
         )
     ).error_code == ErrorCode.none
     ok = produce(conn, topic, records(2, pid=pid, epoch=epoch, seq=0, txn=True), txn_id)

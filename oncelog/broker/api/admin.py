@@ -1,4 +1,4 @@
-"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs."""
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions (configs: configs.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,7 @@ from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
 
 ZERO_UUID = uuid.UUID(int=0)
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 
 
@@ -161,65 +158,3 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
             )
         )
     return make(mod.CreatePartitionsResponse, throttle_time=0, results=tuple(results))
-
-
-@handles(versions.DESCRIBE_CONFIGS, 1, 4)
-async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(versions.DESCRIBE_CONFIGS, ctx.api_version)
-    services = ctx.services
-    results = []
-    for resource in request.resources:
-        code, message = ErrorCode.none, None
-        entries: list[Any] = []
-        try:
-            values: dict[str, tuple[str, int]]
-            if resource.resource_type == RESOURCE_TOPIC:
-                info = services.partitions.topics.get(resource.resource_name)
-                if info is None:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition, resource.resource_name)
-                values = {
-                    name: (value, SOURCE_DEFAULT)
-                    for name, value in services.config.topic_defaults().items()
-                }
-                values.update({k: (v, SOURCE_DYNAMIC_TOPIC) for k, v in info.configs.items()})
-            elif resource.resource_type == RESOURCE_BROKER:
-                if resource.resource_name not in ("", str(services.node.node_id)):
-                    raise KafkaError(ErrorCode.invalid_request, "unknown broker")
-                values = {
-                    name: ("" if value is None else str(value).lower()
-                           if isinstance(value, bool) else str(value), SOURCE_STATIC_BROKER)
-                    for name, value in services.config.items()
-                }
-            else:
-                raise KafkaError(ErrorCode.invalid_request, "unsupported resource type")
-            wanted = resource.configuration_keys
-            for name, (value, source) in sorted(values.items()):
-                if wanted is not None and name not in wanted:
-                    continue
-                entries.append(
-                    make(
-                        mod.DescribeConfigsResourceResult,
-                        name=name,
-                        value=value,
-                        read_only=resource.resource_type == RESOURCE_BROKER,
-                        config_source=source,
-                        is_default=source == SOURCE_DEFAULT,
-                        is_sensitive=False,
-                        synonyms=(),
-                        config_type=0,
-                        documentation=None,
-                    )
-                )
-        except KafkaError as exc:
-            code, message = exc.code, exc.message
-        results.append(
-            make(
-                mod.DescribeConfigsResult,
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=tuple(entries),
-            )
-        )
-    return make(mod.DescribeConfigsResponse, throttle_time=0, results=tuple(results))

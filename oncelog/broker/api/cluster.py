@@ -17,12 +17,7 @@ from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.admin import live_brokers
-from oncelog.broker.api.authorized import (
-    NOT_REQUESTED,
-    RESOURCE_CLUSTER,
-    RESOURCE_TOPIC,
-    authorized_operations,
-)
+from oncelog.broker.api.authorized import OMITTED, TOPIC_OPERATIONS, cluster_operations
 from oncelog.broker.partitions import Partition, PartitionRegistry, log_size
 from oncelog.broker.replica_assignment import check_replicas
 from oncelog.errors import ErrorCode, KafkaError
@@ -55,7 +50,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
             cluster_id="",
             controller_id=-1,
             brokers=(),
-            cluster_authorized_operations=NOT_REQUESTED,
+            cluster_authorized_operations=OMITTED,
         )
     broker = make(
         mod.DescribeClusterBroker,
@@ -75,9 +70,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=node.cluster_id,
         controller_id=node.node_id,
         brokers=(broker,),
-        cluster_authorized_operations=(
-            authorized_operations(RESOURCE_CLUSTER) if wanted else NOT_REQUESTED
-        ),
+        cluster_authorized_operations=cluster_operations(wanted),
     )
 
 
@@ -105,7 +98,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
                     topic_id=ZERO_UUID,
                     is_internal=False,
                     partitions=(),
-                    topic_authorized_operations=authorized_operations(RESOURCE_TOPIC),
+                    topic_authorized_operations=TOPIC_OPERATIONS,
                 )
             )
             continue
@@ -126,7 +119,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
                     _described_partition(mod, registry.find(name, index), index, node_id)
                     for index in range(first, last)
                 ),
-                topic_authorized_operations=authorized_operations(RESOURCE_TOPIC),
+                topic_authorized_operations=TOPIC_OPERATIONS,
             )
         )
         if last < info.partitions:

@@ -197,13 +197,23 @@ def _requested_offsets(
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.OFFSET_COMMIT, ctx.api_version)
     offsets, order = _requested_offsets(request)
-    errors = ctx.services.groups.commit_offsets(
-        group_id=request.group_id,
-        generation_id=int(request.generation_id_or_member_epoch),
-        member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
-        offsets=offsets,
-    )
+    # Kafka answers UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist (every
+    # version) and commits the others.
+    topics_known = ctx.services.partitions.topics
+    unknown = {
+        tp for tp in offsets
+        if (info := topics_known.get(tp[0])) is None or not 0 <= tp[1] < info.partitions
+    }
+    errors = {tp: ErrorCode.unknown_topic_or_partition for tp in unknown}
+    known = {tp: entry for tp, entry in offsets.items() if tp not in unknown}
+    if known:
+        errors.update(ctx.services.groups.commit_offsets(
+            group_id=request.group_id,
+            generation_id=int(request.generation_id_or_member_epoch),
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            offsets=known,
+        ))
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for tp in order:
         by_topic[tp[0]].append(

@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.api.authorized import OMITTED, cluster_operations, topic_operations
 from oncelog.broker.partitions import TopicInfo
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -20,6 +21,8 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     registry = ctx.services.partitions
     mod = response_module(versions.METADATA, ctx.api_version)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
+    topic_ops = topic_operations(bool(getattr(request, "include_topic_authorized_operations",
+                                              False)))
 
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
@@ -47,7 +50,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         except KafkaError as exc:
             topics.append(_topic_error(mod, name, exc.code))
             continue
-        topics.append(_topic(mod, info, node.node_id))
+        topics.append(_topic(mod, info, node.node_id, topic_ops))
 
     brokers = (
         make(
@@ -65,11 +68,13 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         cluster_id=node.cluster_id,
         controller_id=node.node_id,
         topics=tuple(topics),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=cluster_operations(
+            bool(getattr(request, "include_cluster_authorized_operations", False))
+        ),
     )
 
 
-def _topic(mod: Any, info: TopicInfo, node_id: int) -> Any:
+def _topic(mod: Any, info: TopicInfo, node_id: int, authorized_operations: int) -> Any:
     partitions = tuple(
         make(
             mod.MetadataResponsePartition,
@@ -90,7 +95,7 @@ def _topic(mod: Any, info: TopicInfo, node_id: int) -> Any:
         topic_id=info.topic_id,
         is_internal=info.internal,
         partitions=partitions,
-        topic_authorized_operations=-2147483648,
+        topic_authorized_operations=authorized_operations,
     )
 
 
@@ -102,5 +107,5 @@ def _topic_error(mod: Any, name: str | None, code: ErrorCode) -> Any:
         topic_id=ZERO_UUID,
         is_internal=False,
         partitions=(),
-        topic_authorized_operations=-2147483648,
+        topic_authorized_operations=OMITTED,
     )

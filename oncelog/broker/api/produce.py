@@ -14,6 +14,7 @@ from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
 from oncelog.records.batch import BatchHeader
+from oncelog.records.codec import decode_batch
 from oncelog.records.validate import validate_batches
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             base_offset = -1
             append_time = -1
             log_start = -1
+            record_errors: list[tuple[int, str]] = []
             try:
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
@@ -60,6 +62,12 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                         f"{len(headers)} record batches for one partition; Produce v3+ "
                         "allows exactly one",
                     )
+                if "compact" in partition.config.cleanup_policy.split(","):
+                    record_errors = keyless_records(buf, f"{name}-{pdata.index}")
+                    if record_errors:
+                        log_start = partition.log_start_offset
+                        raise KafkaError(ErrorCode.invalid_record,
+                                         _record_errors_message(record_errors))
                 if headers[0].is_transactional:
                     verify_transaction(ctx, request.transactional_id, name, pdata.index, headers[0])
                 result = partition.append(buf, headers)
@@ -82,7 +90,11 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     base_offset=base_offset,
                     log_append_time=_timestamp(append_time),
                     log_start_offset=log_start,
-                    record_errors=(),
+                    record_errors=tuple(
+                        make(mod.BatchIndexAndErrorMessage, batch_index=index,
+                             batch_index_error_message=text)
+                        for index, text in record_errors
+                    ),
                     error_message=message,
                 )
             )
@@ -92,6 +104,27 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if acks == 0:
         return None
     return make(mod.ProduceResponse, responses=tuple(topics), throttle_time=0)
+
+
+def keyless_records(buf: bytearray, partition_name: str) -> list[tuple[int, str]]:
+    """Kafka refuses records without a key on a compacted topic: the index of each such
+    record in the batch, with its message (a compressed batch is decompressed to look)."""
+    _, records = decode_batch(buf, verify_crc=False)
+    message = (
+        f"Compacted topic cannot accept message without key in topic partition {partition_name}"
+    )
+    return [(index, message) for index, record in enumerate(records) if record.key is None]
+
+
+def _record_errors_message(errors: list[tuple[int, str]]) -> str:
+    """The produce error message Kafka gives with record errors (the first three shown)."""
+    shown = ", ".join(
+        f"RecordError(batchIndex={index}, message='{text}')" for index, text in errors[:3]
+    )
+    return (
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]"
+    )
 
 
 def verify_transaction(

@@ -85,6 +85,7 @@ class GroupCoordinator:
         self.on_txn_marker = self._offsets.on_txn_marker
         self.fetch_offsets = self._offsets.fetch_offsets
         self.delete_groups = self._offsets.delete_groups
+        self.delete_offsets = self._offsets.delete_offsets
 
     def partition_for(self, group_id: str) -> int:
         """The ``__consumer_offsets`` partition of a group (Kafka's formula)."""

@@ -20,6 +20,7 @@ Synchronous and sans-IO apart from the store's append; time comes from the table
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Iterable, Mapping
 
 from oncelog.config import BrokerConfig
@@ -39,6 +40,8 @@ from oncelog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
+# The protocol type of groups whose members subscribe to topics (KIP-496's check).
+CONSUMER_PROTOCOL_TYPE = "consumer"
 # Kafka's offsets.retention.check.interval.ms default.
 OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 # Kafka's producer.id.expiration.ms default (how long an idle producer's epoch is remembered).
@@ -318,6 +321,45 @@ class OffsetManager:
             results[group_id] = ErrorCode.none
         return results
 
+    # -- OffsetDelete (KIP-496) -------------------------------------------------------------
+
+    def delete_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """Delete committed offsets of a group (OffsetDelete): the group-level error and one
+        per partition. Kafka's rules: an unknown or dead group is GROUP_ID_NOT_FOUND; a group
+        with members that is not a consumer group is NON_EMPTY_GROUP; a consumer group with
+        members keeps the offsets of the topics its members subscribe to
+        (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others. Tombstones go to the offsets
+        partition before the offsets leave memory."""
+        wanted = list(dict.fromkeys(partitions))
+        group = self._table.get(group_id)
+        if group is None or group.is_(DEAD):
+            return ErrorCode.group_id_not_found, {}
+        subscribed: set[str] = set()
+        if not group.is_(EMPTY):
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return ErrorCode.non_empty_group, {}
+            subscribed = _subscribed_topics(group)
+        results = {
+            tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
+            for tp in wanted
+        }
+        doomed = [tp for tp in wanted if tp[0] not in subscribed and tp in group.offsets]
+        if doomed:
+            try:
+                self._table.append(group_id, self._table.tombstones(group, doomed, False))
+            except KafkaError as exc:
+                error = translate_store_error(exc.code, StoreWrite.OFFSET_COMMIT)
+                log.warning("group %s: offset delete failed: %s", group_id, exc)
+                return error, {}
+            self._log_order += 1
+            for tp in doomed:
+                del group.offsets[tp]
+            log.info("group %s: deleted the committed offsets of %s", group_id,
+                     ", ".join(f"{t}-{p}" for t, p in doomed))
+        return ErrorCode.none, results
+
     # -- retention -------------------------------------------------------------------------
 
     def maybe_expire(self, now: int) -> None:
@@ -390,6 +432,38 @@ def _check_txn_commit_member(
             return ErrorCode.illegal_generation
     # No identity (TxnOffsetCommit v0-2): accepted even while the group has members.
     return ErrorCode.none
+
+
+def _subscribed_topics(group: GroupMetadata) -> set[str]:
+    """The topics the members of a consumer group subscribe to, read from each member's
+    metadata for the group's protocol (ConsumerProtocolSubscription: int16 version, then an
+    array of topic names). A member whose metadata cannot be read counts as subscribing to
+    nothing."""
+    topics: set[str] = set()
+    if group.protocol_name is None:
+        return topics
+    for member in group.members.values():
+        try:
+            topics.update(_subscription_topics(member.metadata_for(group.protocol_name)))
+        except (struct.error, UnicodeDecodeError, ValueError, KeyError):
+            log.warning("group %s: member %s has unreadable subscription metadata",
+                        group.group_id, member.member_id)
+    return topics
+
+
+def _subscription_topics(data: bytes) -> list[str]:
+    """The topic names of a ConsumerProtocolSubscription (every version starts with them,
+    in the non-flexible encoding)."""
+    (count,) = struct.unpack_from(">i", data, 2)
+    pos, names = 6, []
+    for _ in range(max(count, 0)):
+        (size,) = struct.unpack_from(">h", data, pos)
+        pos += 2
+        if size < 0 or pos + size > len(data):
+            raise ValueError("truncated topic name")
+        names.append(data[pos:pos + size].decode("utf-8"))
+        pos += size
+    return names
 
 
 def _optional_int(config: BrokerConfig, name: str, default: int) -> int:

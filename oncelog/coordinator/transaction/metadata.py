@@ -216,16 +216,8 @@ class TransactionMetadata:
                 f"epoch {expected_epoch} is neither the current {self.producer_epoch} "
                 f"nor the previous {self.last_producer_epoch}",
             )
-        return self._prepare(
-            TransactionState.EMPTY,
-            producer_epoch=epoch,
-            last_producer_epoch=last,
-            txn_timeout_ms=timeout_ms,
-            partitions=frozenset(),
-            txn_start_timestamp=-1,
-            txn_last_update_timestamp=now_ms,
-            next_producer_id=NO_PRODUCER_ID,
-            next_producer_epoch=NO_PRODUCER_EPOCH,
+        return self._prepare_empty(
+            timeout_ms, now_ms, producer_epoch=epoch, last_producer_epoch=last
         )
 
     def prepare_producer_id_rotation(
@@ -238,12 +230,35 @@ class TransactionMetadata:
             TransactionState.PREPARE_ABORT,
         ):
             raise IllegalStateTransition("cannot rotate producer ids during a transaction")
-        return self._prepare(
-            TransactionState.EMPTY,
+        return self._prepare_empty(
+            timeout_ms,
+            now_ms,
             producer_id=new_producer_id,
             producer_epoch=0,
             last_producer_epoch=self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
             prev_producer_id=self.producer_id,
+        )
+
+    def _prepare_empty(
+        self,
+        timeout_ms: int,
+        now_ms: int,
+        *,
+        producer_epoch: int,
+        last_producer_epoch: int,
+        producer_id: int | None = None,
+        prev_producer_id: int | None = None,
+    ) -> TxnTransitMetadata:
+        """InitProducerId's transition to EMPTY, shared by the epoch bump and the producer id
+        rotation: no partitions, no start time, no kept identity; the epochs (and, rotating,
+        ``producer_id`` and ``prev_producer_id``) are what the transactional id gets."""
+        rotating = producer_id is not None and prev_producer_id is not None
+        return self._prepare(
+            TransactionState.EMPTY,
+            producer_id=producer_id if rotating else self.producer_id,
+            prev_producer_id=prev_producer_id if rotating else self.prev_producer_id,
+            producer_epoch=producer_epoch,
+            last_producer_epoch=last_producer_epoch,
             txn_timeout_ms=timeout_ms,
             partitions=frozenset(),
             txn_start_timestamp=-1,

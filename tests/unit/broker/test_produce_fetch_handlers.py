@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Awaitable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from oncelog.broker.api import RequestContext, fetch, produce
 from oncelog.broker.context import BrokerContext, NodeIdentity
@@ -22,6 +23,7 @@ from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
 
 PID = 4
+T = TypeVar("T")
 
 
 class FakeTransactions:
@@ -51,6 +53,12 @@ def services(tmp_path: Path, transactions: FakeTransactions | None = None) -> Br
 
 def ctx(svc: BrokerContext, api_key: int, version: int) -> RequestContext:
     return RequestContext(api_key, version, 1, "test", "127.0.0.1", svc)
+
+
+async def awaited(pending: Awaitable[T]) -> T:
+    """Await a handler's answer: ``@handles`` types a handler as returning an Awaitable, and
+    asyncio.run takes only a coroutine."""
+    return await pending
 
 
 def produce_request(*, transactional: bool = False, seq: int = 0, acks: int = -1) -> Any:
@@ -84,14 +92,14 @@ def fetch_request(isolation: int, max_wait_ms: int = 0, min_bytes: int = 0) -> A
 
 
 def produce_answers(svc: BrokerContext, request: Any) -> list[tuple[int, ErrorCode, int]]:
-    response = asyncio.run(produce.handle_produce(ctx(svc, versions.PRODUCE, 9), request))
+    response = asyncio.run(awaited(produce.handle_produce(ctx(svc, versions.PRODUCE, 9), request)))
     return [(p.index, p.error_code, p.base_offset)
             for t in response.responses for p in t.partition_responses]
 
 
 def fetched(svc: BrokerContext, isolation: int, **kw: int) -> Any:
-    response = asyncio.run(fetch.handle_fetch(ctx(svc, versions.FETCH, 11),
-                                              fetch_request(isolation, **kw)))
+    response = asyncio.run(awaited(fetch.handle_fetch(ctx(svc, versions.FETCH, 11),
+                                                      fetch_request(isolation, **kw))))
     [topic] = response.responses
     [partition] = topic.partitions
     return partition
@@ -134,7 +142,9 @@ def test_read_committed_fetch_waits_for_the_lso_not_the_hw(tmp_path: Path) -> No
 
     async def body() -> Any:
         request = fetch_request(1, max_wait_ms=5000, min_bytes=1)
-        task = asyncio.create_task(fetch.handle_fetch(ctx(svc, versions.FETCH, 11), request))
+        task = asyncio.create_task(
+            awaited(fetch.handle_fetch(ctx(svc, versions.FETCH, 11), request))
+        )
         while not partition._waiters[fetch.IsolationLevel.READ_COMMITTED]:
             await asyncio.sleep(0)
         append_open_transaction(svc)

@@ -19,7 +19,9 @@ from kio.schema.produce.v8.request import (
     ProduceRequest,
     TopicProduceData,
 )
+from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog.broker import api
 from oncelog.broker.api import HANDLERS, RequestContext
@@ -55,12 +57,12 @@ def handle(request: Any) -> bytes | bool | None:
 
 CREATE = CreateTopicsRequest(
     topics=(
-        CreatableTopic(name="a", num_partitions=1, replication_factor=1, assignments=(),
-                       configs=()),
-        CreatableTopic(name="b", num_partitions=1, replication_factor=1, assignments=(),
-                       configs=()),
+        CreatableTopic(name=TopicName("a"), num_partitions=i32(1), replication_factor=i16(1),
+                       assignments=(), configs=()),
+        CreatableTopic(name=TopicName("b"), num_partitions=i32(1), replication_factor=i16(1),
+                       assignments=(), configs=()),
     ),
-    timeout=datetime.timedelta(seconds=1),
+    timeout=i32Timedelta.parse(datetime.timedelta(seconds=1)),
     validate_only=False,
 )
 
@@ -68,12 +70,12 @@ CREATE = CreateTopicsRequest(
 def produce(acks: int) -> ProduceRequest:
     return ProduceRequest(
         transactional_id=None,
-        acks=acks,
-        timeout=datetime.timedelta(seconds=1),
+        acks=i16(acks),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=1)),
         topic_data=(
-            TopicProduceData(name="t", partition_data=(
-                PartitionProduceData(index=0, records=b""),
-                PartitionProduceData(index=1, records=b""),
+            TopicProduceData(name=TopicName("t"), partition_data=(
+                PartitionProduceData(index=i32(0), records=Records(b"")),
+                PartitionProduceData(index=i32(1), records=Records(b"")),
             )),
         ),
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -33,9 +33,23 @@ NODE = NodeIdentity(7, "", "broker.example", 19092)
 
 
 @dataclass
+class FakeTopic:
+    partitions: int
+
+
+@dataclass
+class FakePartitions:
+    """The topics OffsetCommit checks partitions against (it answers
+    UNKNOWN_TOPIC_OR_PARTITION for others)."""
+
+    topics: dict[str, FakeTopic] = field(default_factory=lambda: {"t": FakeTopic(3)})
+
+
+@dataclass
 class FakeBroker:
     groups: GroupCoordinator
     node: NodeIdentity = NODE
+    partitions: FakePartitions = field(default_factory=FakePartitions)
 
 
 def new_broker(initial_delay_ms: int = 0) -> FakeBroker:

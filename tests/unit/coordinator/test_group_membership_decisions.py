@@ -77,7 +77,7 @@ def test_the_initial_delay_ends_in_a_sweep_that_delivers_to_every_member() -> No
     assert not any(isinstance(e, Deliver) for e in first.events + second.events)
     ids = [e.member_id for e in first.events + second.events if isinstance(e, AwaitJoin)]
     clock.advance(3000)
-    sweep = m.sweep()
+    sweep: Decision[Any] = m.sweep()
     if not any(isinstance(e, Deliver) for e in sweep.events):  # brand-new group: one more
         clock.advance(3000)
         sweep = m.sweep()

@@ -16,6 +16,7 @@ from kio.schema.produce.v9.request import (
     ProduceRequest,
     TopicProduceData,
 )
+from kio.schema.types import TopicName
 from kio.serial import entity_reader
 from kio.serial._introspect import (
     EntityField,
@@ -24,6 +25,7 @@ from kio.serial._introspect import (
     classify_field,
     is_optional,
 )
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog.broker import api
 from oncelog.protocol.codec import encode_response, request_schema
@@ -110,18 +112,19 @@ def test_every_served_api_has_an_error_response(api_key: int, version: int) -> N
 def test_partition_keys_are_mirrored_from_the_request() -> None:
     request = ProduceRequest(
         transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=5),
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
         topic_data=(
             TopicProduceData(
-                name="a",
+                name=TopicName("a"),
                 partition_data=(
-                    PartitionProduceData(index=0, records=b""),
-                    PartitionProduceData(index=4, records=b""),
+                    PartitionProduceData(index=i32(0), records=Records(b"")),
+                    PartitionProduceData(index=i32(4), records=Records(b"")),
                 ),
             ),
             TopicProduceData(
-                name="b", partition_data=(PartitionProduceData(index=2, records=b""),)
+                name=TopicName("b"),
+                partition_data=(PartitionProduceData(index=i32(2), records=Records(b"")),),
             ),
         ),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ def make_engine(engine_url: str, tmp_path: Path) -> EngineFactory:
         name: str = "p-0",
         *,
         auto_high_watermark: bool = True,
-        **config: int,
+        **config: Any,
     ) -> UnifiedLog:
         return open_engine(
             engine_url, tmp_path / name, LogConfig(**config), clock or FakeClock(),

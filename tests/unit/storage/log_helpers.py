@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from oncelog.clock import FakeClock
 from oncelog.config import LogConfig
@@ -52,7 +53,7 @@ def append(log: PartitionLog, *batches: bytes, **kwargs: int) -> AppendResult:
     return log.append(buf, headers_of(buf), **kwargs)
 
 
-def open_log(directory: Path, clock: FakeClock | None = None, **config: object) -> PartitionLog:
+def open_log(directory: Path, clock: FakeClock | None = None, **config: Any) -> PartitionLog:
     return PartitionLog.open(directory, LogConfig(**config), clock or FakeClock(T0))
 
 

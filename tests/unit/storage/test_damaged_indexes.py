@@ -12,6 +12,7 @@ from oncelog.clock import FakeClock
 from oncelog.config import LogConfig
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
+from oncelog.storage.log import PartitionLog
 from oncelog.storage.unified_log import UnifiedLog
 from tests.unit.storage.log_helpers import record_offsets
 
@@ -38,6 +39,7 @@ def _build(path: Path) -> tuple[list[int], list[tuple[int, int, int]], int]:
         _append(log, i, pid=7, seq=i, txn=True)
         _append(log, 1000 + i)
         log.append_marker(7, 0, 0, commit=i % 3 != 0)
+    assert isinstance(log.log, PartitionLog)
     assert len(log.log.segment_base_offsets()) >= 3
     state = _state(log)
     log.close()

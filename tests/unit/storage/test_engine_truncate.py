@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,7 +104,7 @@ def test_truncated_engine_equals_one_built_from_the_shorter_log(
 def test_file_truncation_drops_snapshots_above_the_cut_and_survives_a_restart(
     tmp_path: Path,
 ) -> None:
-    def make(name: str, **config: int) -> UnifiedLog:
+    def make(name: str, **config: Any) -> UnifiedLog:
         return UnifiedLog.open(tmp_path / name, LogConfig(**config), FakeClock())
 
     log, starts = build(make, "full", OPS)

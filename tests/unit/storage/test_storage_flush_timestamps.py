@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,7 +105,7 @@ def test_unclean_restart_keeps_unflushed_but_written_data(tmp_path: Path) -> Non
 # ---------------------------------------------------------------- timestamps
 
 
-def stamped(tmp_path: Path, timestamps: list[list[int]], **config: object) -> PartitionLog:
+def stamped(tmp_path: Path, timestamps: list[list[int]], **config: Any) -> PartitionLog:
     log = open_log(tmp_path / "t-0", **config)
     for ts in timestamps:
         append(log, batch(len(ts), timestamps=ts))

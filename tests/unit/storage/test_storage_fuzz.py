@@ -43,6 +43,7 @@ from oncelog.records.batch import BatchHeader
 from oncelog.records.codec import RecordInput, decode_batch, encode_batch, iter_records
 from oncelog.records.validate import validate_batches
 from oncelog.storage.checkpoint import CHECKPOINT_FILE, LogCheckpoint, write_checkpoint
+from oncelog.storage.log import PartitionLog
 from oncelog.storage.producer_entry import ProducerStateEntry
 from oncelog.storage.unified_log import UnifiedLog
 from tests.unit.storage.fsync_shim import FsyncTracker, power_loss
@@ -345,6 +346,7 @@ def test_byte_flips(
         directory = Path(tmp) / "t-0"
         clock = FakeClock()
         log, _model = run_history(directory, config, clock, ops)
+        assert isinstance(log.log, PartitionLog)
         recovery_point = log.log.recovery_point
         if clean:
             log.close()
@@ -409,6 +411,7 @@ def test_transaction_log_byte_flips(
                 log.flush()
         damaged = Path(tmp) / "damaged" / directory.name
         shutil.copytree(directory, damaged)
+        assert isinstance(log.log, PartitionLog)
         recovery_point = log.log.recovery_point
         log.close()
         flips = flip_bytes(data, damaged)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from oncelog.storage.log import PartitionLog
 from tests.unit.storage.log_helpers import append, batch, batch_ranges, crash_copy, open_log
 
-CONFIG = {"segment_bytes": 700, "index_interval_bytes": 120}
+CONFIG: dict[str, Any] = {"segment_bytes": 700, "index_interval_bytes": 120}
 
 ops = st.lists(
     st.one_of(

@@ -7,6 +7,7 @@ import os
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def recovered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 SHAPES = [(1, 10), (3, 40), (2, 5), (5, 30), (1, 100), (2, 20)]
 
 
-def build(directory: Path, **config: object) -> tuple[PartitionLog, list[int]]:
+def build(directory: Path, **config: Any) -> tuple[PartitionLog, list[int]]:
     """A log with one batch per SHAPES entry; returns it and the batch end positions."""
     log = open_log(directory, **config)
     ends = []
@@ -280,7 +281,7 @@ def test_clean_restart_does_not_scan_crcs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("damage", ["delete", "torn", "past-end", "wrong-entry"])
 def test_damaged_index_files_are_rebuilt(tmp_path: Path, suffix: str, damage: str) -> None:
     one = len(batch(2))
-    config = {"segment_bytes": 10 * one, "index_interval_bytes": one}
+    config: dict[str, Any] = {"segment_bytes": 10 * one, "index_interval_bytes": one}
     log = open_log(tmp_path / "t-0", **config)
     for i in range(25):
         append(log, batch(2, timestamps=[1000 + i, 1000 + i]))
@@ -421,7 +422,7 @@ def test_restarts_between_appends_build_the_same_offset_index(tmp_path: Path) ->
     """Index state (bytes since the last entry) survives a restart: a log closed and reopened
     after every append indexes exactly the batches a log that never stopped does."""
     shapes = [batch(r, value_size=s) for r, s in SHAPES * 4]
-    config = {"index_interval_bytes": 150, "segment_bytes": 900}
+    config: dict[str, Any] = {"index_interval_bytes": 150, "segment_bytes": 900}
     steady = open_log(tmp_path / "steady", **config)
     for data in shapes:
         append(steady, data)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ def append(
     return log.append(data, validate_batches(data, max_batch_bytes=10**7)).base_offset
 
 
-def open_log(path: Path, **config: int) -> UnifiedLog:
+def open_log(path: Path, **config: Any) -> UnifiedLog:
     return UnifiedLog.open(path, LogConfig(**config), FakeClock())
 
 

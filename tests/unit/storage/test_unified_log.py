@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from oncelog.config import LogConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
+from oncelog.storage.log import PartitionLog
 from oncelog.storage.unified_log import UnifiedLog
 from tests.unit.storage.conftest import EngineFactory
 
@@ -35,7 +37,7 @@ def batch(
     return data, validate_batches(data, max_batch_bytes=10**7)
 
 
-def open_log(path: Path, clock: FakeClock, **config: int) -> UnifiedLog:
+def open_log(path: Path, clock: FakeClock, **config: Any) -> UnifiedLog:
     return UnifiedLog.open(path, LogConfig(**config), clock)
 
 
@@ -205,6 +207,7 @@ def test_aborted_entries_survive_segment_rolls(tmp_path: Path, clock: FakeClock)
     for round_ in range(6):
         append(log, batch(pid=9, seq=round_ * 2, txn=True, tag=f"r{round_}-"))
         log.append_marker(9, 0, 0, commit=round_ % 2 == 0)
+    assert isinstance(log.log, PartitionLog)
     assert len(log.log.segment_base_offsets()) > 2
     aborted = log.aborted_transactions(0, log.log_end_offset)
     assert len(aborted) == 3

@@ -4,9 +4,10 @@ mapped for old clients, and responses that encode on the wire."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 from txn_support import A0, A1, TIMEOUT_MS, TXN, Env, make_env, run
 
@@ -23,6 +24,7 @@ from oncelog.records.validate import validate_batches
 from oncelog.storage.unified_log import UnifiedLog
 
 E = ErrorCode
+T = TypeVar("T")
 
 
 class FakeRegistry:
@@ -44,6 +46,12 @@ def req(api_key: int, version: int, cls_name: str, /, **fields: Any) -> Any:
 
 def encodes(api_key: int, version: int, response: Any) -> None:
     assert encode_response(api_key, version, 1, response)[:4] != b"\0\0\0\0"
+
+
+async def awaited(pending: Awaitable[T]) -> T:
+    """Await a handler's answer: ``@handles`` types a handler as returning an Awaitable, and
+    asyncio.run takes only a coroutine."""
+    return await pending
 
 
 async def init(env: Env, version: int = 4, **fields: Any) -> Any:
@@ -215,8 +223,8 @@ def test_write_txn_markers_is_refused_to_clients(tmp_path: Path) -> None:
              coordinator_epoch=0, topics=(
                  make(mod.WritableTxnMarkerTopic, name="a", partition_indexes=(0, 1)),)),
     ))
-    response = asyncio.run(transactions.handle_write_txn_markers(
-        ctx_for(env, versions.WRITE_TXN_MARKERS, v), request))
+    response = asyncio.run(awaited(transactions.handle_write_txn_markers(
+        ctx_for(env, versions.WRITE_TXN_MARKERS, v), request)))
     encodes(versions.WRITE_TXN_MARKERS, v, response)
     codes = [p.error_code for m in response.markers for t in m.topics for p in t.partitions]
     assert codes == [E.cluster_authorization_failed] * 2
@@ -244,7 +252,7 @@ def test_client_abort_marker_cannot_raise_the_coordinator_epoch(tmp_path: Path) 
                  transaction_result=False, coordinator_epoch=coordinator_epoch, topics=(
                      make(mod.WritableTxnMarkerTopic, name="a", partition_indexes=(0,)),)),
         ))
-        response = asyncio.run(transactions.handle_write_txn_markers(ctx, request))
+        response = asyncio.run(awaited(transactions.handle_write_txn_markers(ctx, request)))
         return [p.error_code for m in response.markers for t in m.topics for p in t.partitions]
 
     assert env.coord.coordinator_epoch == 0

@@ -351,7 +351,7 @@ def test_verification_needs_exactly_the_current_epoch(tmp_path: Path) -> None:
 
 
 def test_verification_after_keep_prepared_fences_the_old_instance(tmp_path: Path) -> None:
-    env = make_env(tmp_path, **{"transaction.two.phase.commit.enable": "true"})
+    env = make_env(tmp_path, {"transaction.two.phase.commit.enable": "true"})
 
     async def body() -> None:
         init = await env.coord.handle_init_producer_id(TXN, 0, enable_2pc=True)
@@ -374,7 +374,7 @@ def test_verification_after_keep_prepared_fences_the_old_instance(tmp_path: Path
 
 
 def test_add_offsets_adds_the_groups_offsets_partition(tmp_path: Path) -> None:
-    env = make_env(tmp_path, **{"offsets.topic.num.partitions": "7"})
+    env = make_env(tmp_path, {"offsets.topic.num.partitions": "7"})
 
     async def body() -> None:
         init = await env.coord.handle_init_producer_id(TXN, TIMEOUT_MS)
@@ -647,7 +647,7 @@ def test_timed_out_transaction_is_aborted_and_the_zombie_fenced(tmp_path: Path) 
 
 
 def test_two_phase_commit_transactions_never_time_out(tmp_path: Path) -> None:
-    env = make_env(tmp_path, **{"transaction.two.phase.commit.enable": "true"})
+    env = make_env(tmp_path, {"transaction.two.phase.commit.enable": "true"})
 
     async def body() -> None:
         init = await env.coord.handle_init_producer_id(TXN, 5_000, enable_2pc=True)
@@ -672,7 +672,7 @@ def test_two_phase_commit_needs_the_broker_config(tmp_path: Path) -> None:
 
 
 def test_keep_prepared_transaction_survives_a_client_restart(tmp_path: Path) -> None:
-    env = make_env(tmp_path, **{"transaction.two.phase.commit.enable": "true"})
+    env = make_env(tmp_path, {"transaction.two.phase.commit.enable": "true"})
 
     async def body() -> None:
         init = await env.coord.handle_init_producer_id(TXN, 0, enable_2pc=True)
@@ -709,7 +709,7 @@ def test_keep_prepared_transaction_survives_a_client_restart(tmp_path: Path) -> 
 
 
 def test_force_terminate_aborts_a_kept_transaction(tmp_path: Path) -> None:
-    env = make_env(tmp_path, **{"transaction.two.phase.commit.enable": "true"})
+    env = make_env(tmp_path, {"transaction.two.phase.commit.enable": "true"})
 
     async def body() -> None:
         init = await env.coord.handle_init_producer_id(TXN, 0, enable_2pc=True)
@@ -732,7 +732,7 @@ def test_force_terminate_aborts_a_kept_transaction(tmp_path: Path) -> None:
 def test_idle_transactional_ids_expire(tmp_path: Path) -> None:
     env = make_env(
         tmp_path,
-        **{
+        {
             "transactional.id.expiration.ms": "60000",
             "transaction.remove.expired.transaction.cleanup.interval.ms": "30000",
         },
@@ -755,7 +755,7 @@ def test_idle_transactional_ids_expire(tmp_path: Path) -> None:
 
 
 def test_expiry_tombstone_failure_keeps_the_id(tmp_path: Path) -> None:
-    env = make_env(tmp_path, **{"transactional.id.expiration.ms": "1000"})
+    env = make_env(tmp_path, {"transactional.id.expiration.ms": "1000"})
 
     async def body() -> None:
         await env.coord.handle_init_producer_id(TXN, TIMEOUT_MS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,9 +144,11 @@ class Env:
         await self.timer.advance(ms)
 
 
-def make_env(tmp_path: Path, *, load: bool = True, **config: str) -> Env:
+def make_env(
+    tmp_path: Path, config: Mapping[str, str] | None = None, *, load: bool = True
+) -> Env:
     clock = FakeClock()
-    broker_config = BrokerConfig({"transaction.state.log.num.partitions": "4", **config})
+    broker_config = BrokerConfig({"transaction.state.log.num.partitions": "4", **(config or {})})
     store = InMemoryTxnLogStore(4)
     markers = RecordingMarkerWriter()
     timer = FakeTimer(clock)
