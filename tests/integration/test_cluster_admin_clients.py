@@ -316,9 +316,13 @@ def test_java_admin_client(shared_broker: BrokerProcess) -> None:
         {"op": "describeLogDirs", "brokers": [NODE]},
         {"op": "describeReplicaLogDirs", "replicas": [[good, 0, NODE]]},
         {"op": "describeConfigs", "resources": [{"type": "TOPIC", "name": good}]},
+        {"op": "incrementalAlterConfigs", "resources": [{"type": "TOPIC", "name": good, "ops": [
+            {"name": "retention.ms", "value": "3600000", "op": "SET"}]}]},
+        {"op": "describeConfigs", "resources": [{"type": "TOPIC", "name": good}]},
+        {"op": "deleteRecords", "records": [{"topic": good, "partition": 0, "offset": 0}]},
     ])
     (created, grown, cluster, topics, elected, listed, altered, log_dirs, replica_dirs,
-     configs) = outcomes
+     configs, alter_configs, configs_after, deleted) = outcomes
 
     created_by_topic = ok(created)
     assert created_by_topic[good] == {"ok": True, "value": None}
@@ -353,3 +357,7 @@ def test_java_admin_client(shared_broker: BrokerProcess) -> None:
 
     entries = ok(configs)[f"TOPIC:{good}"]["value"]
     assert entries["retention.ms"]["source"] == "DEFAULT_CONFIG"
+    assert ok(alter_configs) == {f"TOPIC:{good}": {"ok": True, "value": None}}
+    retention = ok(configs_after)[f"TOPIC:{good}"]["value"]["retention.ms"]
+    assert (retention["value"], retention["source"]) == ("3600000", "DYNAMIC_TOPIC_CONFIG")
+    assert ok(deleted) == {f"{good}-0": {"ok": True, "value": 0}}
