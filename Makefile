@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint bench clean reference
+.PHONY: serve test lint bench clean reference js
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,17 @@ lint: $(TEST_STAMP)
 reference:
 	tests/support/fetch_kafka.sh
 
-test: $(TEST_STAMP) lint reference
+# KafkaJS for the admin-client tests (tests/js, driven by tests/support/kafkajs.py): `npm ci`
+# from the committed lock file, redone only when the lock changes (the stamp is newer).
+JS_STAMP := tests/js/node_modules/.installed
+
+$(JS_STAMP): tests/js/package.json tests/js/package-lock.json
+	cd tests/js && npm ci --no-audit --no-fund
+	touch $@
+
+js: $(JS_STAMP)
+
+test: $(TEST_STAMP) lint reference js
 	$(VENV)/bin/pytest -q tests
 
 bench: $(TEST_STAMP) reference
@@ -39,4 +49,4 @@ bench: $(TEST_STAMP) reference
 	$(PY) bench/run.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) data .cache
+	rm -rf $(VENV) data .cache tests/js/node_modules

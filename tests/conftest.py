@@ -7,6 +7,9 @@
 - ``kafka_factory(**kwargs)`` / ``kafka_broker``: Apache Kafka 4.4 as a reference broker
   (``KafkaProcess``, tests/support/kafka.py). Without Java or the cache (``make reference``)
   they fail with a message saying so: they never skip.
+- ``kafkajs_admin(bootstrap, operations)``: KafkaJS's admin client through
+  tests/js/admin_runner.js (tests/support/kafkajs.py); fails, never skips, without node or
+  ``make js``.
 
 Every process a fixture started is killed (SIGKILL) at teardown, whatever the test did; when
 the test failed, the broker's log is printed so it shows up in the report.
@@ -36,6 +39,9 @@ from tests.support.kafka import (  # noqa: E402
     ReferenceKafkaMissing,
     require_reference,
 )
+from tests.support.kafkajs import KafkaJSAdmin, KafkaJSMissing  # noqa: E402
+from tests.support.kafkajs import node_binary as kafkajs_node  # noqa: E402
+from tests.support.kafkajs import run_admin as kafkajs_run_admin  # noqa: E402
 from tests.support.names import unique_topic  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 
@@ -161,3 +167,17 @@ def kafka_factory(
 def kafka_broker(kafka_factory: KafkaFactory) -> KafkaProcess:
     """A fresh Apache Kafka 4.4 broker (single KRaft node) with the single-node defaults."""
     return kafka_factory()
+
+
+
+@pytest.fixture(scope="session")
+def kafkajs_admin() -> KafkaJSAdmin:
+    """``kafkajs_admin(bootstrap, operations) -> outcomes`` (``tests.support.kafkajs``).
+
+    Fails the test, never skips it, when node or KafkaJS (``make js``) is missing.
+    """
+    try:
+        kafkajs_node()
+    except KafkaJSMissing as exc:
+        pytest.fail(f"KafkaJS unavailable: {exc}", pytrace=False)
+    return kafkajs_run_admin

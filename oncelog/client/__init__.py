@@ -30,7 +30,10 @@ from oncelog.client._loop import LoopThread
 from oncelog.client.aio.admin import (
     AIOAdmin,
     ClusterDescription,
+    LogDirDescription,
+    NewPartitions,
     NewTopic,
+    PartitionReassignment,
     ProducerState,
     TopicDescription,
     TransactionDescription,
@@ -55,9 +58,12 @@ __all__ = [
     "Consumer",
     "ConsumerGroupMetadata",
     "KafkaClientError",
+    "LogDirDescription",
     "Message",
+    "NewPartitions",
     "NewTopic",
     "OffsetAndMetadata",
+    "PartitionReassignment",
     "PreparedTxnState",
     "Producer",
     "ProducerState",
@@ -388,10 +394,82 @@ class Admin:
         wanted = None if names is None else list(names)
         return dict(self._run(self._core.describe_topics(wanted)))
 
-    def describe_cluster(self) -> ClusterDescription:
-        """Cluster id, controller and brokers, from a fresh metadata request."""
-        result: ClusterDescription = self._run(self._core.describe_cluster())
+    def describe_cluster(
+        self, *, include_authorized_operations: bool = False
+    ) -> ClusterDescription:
+        """Cluster id, controller and brokers (DescribeCluster); with
+        ``include_authorized_operations`` also the AclOperation codes allowed on the cluster."""
+        result: ClusterDescription = self._run(
+            self._core.describe_cluster(
+                include_authorized_operations=include_authorized_operations
+            )
+        )
         return result
+
+    def create_partitions(
+        self,
+        new_partitions: Mapping[str, NewPartitions],
+        *,
+        timeout_ms: int = 30000,
+        validate_only: bool = False,
+    ) -> dict[str, KafkaClientError | None]:
+        """Grow topics to ``NewPartitions.total_count`` partitions, placed by its
+        ``assignments`` if given; each topic's error, None for success."""
+        return dict(
+            self._run(
+                self._core.create_partitions(
+                    new_partitions, timeout_ms=timeout_ms, validate_only=validate_only
+                )
+            )
+        )
+
+    def elect_leaders(
+        self,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        election_type: str = "preferred",
+        timeout_ms: int = 30000,
+    ) -> dict[TopicPartition, KafkaClientError | None]:
+        """Leader election ("preferred" or "unclean") for ``partitions`` (None: all); each
+        partition's error (ELECTION_NOT_NEEDED when its preferred leader leads) or None."""
+        wanted = None if partitions is None else list(partitions)
+        return dict(
+            self._run(
+                self._core.elect_leaders(
+                    wanted, election_type=election_type, timeout_ms=timeout_ms
+                )
+            )
+        )
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None, *, timeout_ms: int = 30000
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The partition reassignments in progress (of ``partitions``, None: all)."""
+        wanted = None if partitions is None else list(partitions)
+        return dict(
+            self._run(self._core.list_partition_reassignments(wanted, timeout_ms=timeout_ms))
+        )
+
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        timeout_ms: int = 30000,
+    ) -> dict[TopicPartition, KafkaClientError | None]:
+        """Reassign partitions to replicas (None cancels one in progress); each
+        partition's error or None."""
+        return dict(
+            self._run(
+                self._core.alter_partition_reassignments(reassignments, timeout_ms=timeout_ms)
+            )
+        )
+
+    def describe_log_dirs(
+        self, brokers: Iterable[int] | None = None
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        """Broker id -> log directory -> its description (partitions and sizes)."""
+        wanted = None if brokers is None else list(brokers)
+        return dict(self._run(self._core.describe_log_dirs(wanted)))
 
     def list_transactions(
         self,

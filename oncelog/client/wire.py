@@ -62,6 +62,13 @@ CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     api.DESCRIBE_PRODUCERS: (0, 0),
     api.DESCRIBE_TRANSACTIONS: (0, 0),
     api.LIST_TRANSACTIONS: (0, 2),
+    # cluster administration (oncelog.client.aio.admin)
+    api.CREATE_PARTITIONS: (0, 3),
+    api.DESCRIBE_LOG_DIRS: (1, 4),
+    api.ELECT_LEADERS: (0, 2),
+    api.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    api.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    api.DESCRIBE_CLUSTER: (0, 1),
 }
 
 _HEAD = struct.Struct(">ihhih")

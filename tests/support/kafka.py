@@ -122,12 +122,14 @@ def require_reference() -> None:
 
 
 def run_harness(
-    main_class: str, *args: str, timeout: float = 60.0
+    main_class: str, *args: str, timeout: float = 60.0, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``oncelog.harness.<main_class>`` with kafka-clients 4.4 and wait for it."""
+    """Run ``oncelog.harness.<main_class>`` with kafka-clients 4.4 (``input`` on its stdin)
+    and wait for it."""
     argv = [str(java_binary()), *HARNESS_JVM_OPTS, "-cp", harness_classpath(),
             f"oncelog.harness.{main_class}", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                          input=input, stdin=None if input is not None else subprocess.DEVNULL)
 
 
 def describe(jvm_opts: Sequence[str] = BROKER_JVM_OPTS) -> str:

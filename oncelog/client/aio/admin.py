@@ -42,8 +42,12 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "AIOAdmin",
     "ClusterDescription",
+    "LogDirDescription",
+    "NewPartitions",
     "NewTopic",
+    "PartitionReassignment",
     "ProducerState",
+    "ReplicaInfo",
     "TopicDescription",
     "TransactionDescription",
     "TransactionListing",
@@ -61,10 +65,24 @@ _WRITE_TXN_MARKERS_VERSIONS = (1, 1)
 
 @dataclass(frozen=True)
 class NewTopic:
+    """A topic to create. ``replica_assignment`` (partition -> broker ids, the first the
+    preferred leader) replaces ``num_partitions`` and ``replication_factor``, which must
+    then stay -1, as in Java's NewTopic."""
+
     name: str
     num_partitions: int = -1
     replication_factor: int = -1
     config: Mapping[str, str] = field(default_factory=dict)
+    replica_assignment: Mapping[int, Sequence[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NewPartitions:
+    """Grow a topic to ``total_count`` partitions; ``assignments`` (one list of broker ids
+    per new partition) places them, else the brokers choose."""
+
+    total_count: int
+    assignments: Sequence[Sequence[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,31 @@ class ClusterDescription:
     cluster_id: str | None
     controller_id: int
     brokers: Mapping[int, tuple[str, int]]  # node id -> (host, port)
+    # Kafka's AclOperation codes the caller may use on the cluster; None when not asked.
+    authorized_operations: frozenset[int] | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    size: int  # bytes of the partition's log in this directory
+    offset_lag: int  # how far a future replica is behind the current one (0 otherwise)
+    is_future: bool  # the destination of a move between directories, still catching up
+
+
+@dataclass(frozen=True)
+class LogDirDescription:
+    path: str
+    error: KafkaClientError | None
+    total_bytes: int  # -1 when the broker does not say
+    usable_bytes: int
+    replicas: Mapping[TopicPartition, ReplicaInfo]
+
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -133,6 +176,24 @@ def _describe_producers_request(by_topic: Mapping[str, list[int]], version: int)
     )
 
 
+def _error_or_none(code: Any, message: str | None, what: str) -> KafkaClientError | None:
+    code = ErrorCode(code)
+    return None if code == ErrorCode.none else error_for(code, message or what)
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = defaultdict(list)
+    for tp in partitions:
+        tp = TopicPartition(*tp)
+        out[tp.topic].append(tp.partition)
+    return dict(out)
+
+
+def _operations(bits: int) -> frozenset[int]:
+    """The AclOperation codes set in a Kafka authorized-operations bit field."""
+    return frozenset(code for code in range(32) if bits >> code & 1)
+
+
 def _ms(value: Any) -> int:
     if isinstance(value, datetime.timedelta):
         return int(value.total_seconds() * 1000)
@@ -176,7 +237,16 @@ class AIOAdmin:
                         name=t.name,
                         num_partitions=t.num_partitions,
                         replication_factor=t.replication_factor,
-                        assignments=(),
+                        assignments=tuple(
+                            nested(
+                                api.CREATE_TOPICS,
+                                version,
+                                "CreatableReplicaAssignment",
+                                partition_index=index,
+                                broker_ids=tuple(replicas),
+                            )
+                            for index, replicas in sorted(t.replica_assignment.items())
+                        ),
                         configs=tuple(
                             nested(
                                 api.CREATE_TOPICS,
@@ -265,9 +335,257 @@ class AIOAdmin:
             out[name] = TopicDescription(name, info.internal, dict(sorted(info.leaders.items())))
         return out
 
-    async def describe_cluster(self) -> ClusterDescription:
-        meta = await self.client.refresh_metadata()
-        return ClusterDescription(meta.cluster_id, meta.controller_id, dict(meta.brokers))
+    async def describe_cluster(
+        self, *, include_authorized_operations: bool = False
+    ) -> ClusterDescription:
+        """Cluster id, controller and brokers with DescribeCluster (KIP-700); from a
+        metadata request when the broker does not offer it."""
+        conn = await self.client.any_connection()
+        if not conn.supports(api.DESCRIBE_CLUSTER):
+            meta = await self.client.refresh_metadata()
+            return ClusterDescription(meta.cluster_id, meta.controller_id, dict(meta.brokers))
+        response = await conn.send(
+            request(
+                api.DESCRIBE_CLUSTER,
+                conn.version(api.DESCRIBE_CLUSTER),
+                include_cluster_authorized_operations=include_authorized_operations,
+                include_fenced_brokers=False,
+            )
+        )
+        if response.error_code != ErrorCode.none:
+            raise error_for(response.error_code, response.error_message or "DescribeCluster")
+        operations = int(response.cluster_authorized_operations)
+        return ClusterDescription(
+            response.cluster_id,
+            int(response.controller_id),
+            {int(b.broker_id): (b.host, int(b.port)) for b in response.brokers},
+            _operations(operations) if include_authorized_operations else None,
+        )
+
+    async def create_partitions(
+        self,
+        new_partitions: Mapping[str, NewPartitions],
+        *,
+        timeout_ms: int = 30000,
+        validate_only: bool = False,
+    ) -> dict[str, KafkaClientError | None]:
+        """Grow topics (CreatePartitions to the controller); each topic's error or None."""
+        node = await self._controller()
+
+        def build(version: int) -> Any:
+            return request(
+                api.CREATE_PARTITIONS,
+                version,
+                timeout=timeout_ms,
+                validate_only=validate_only,
+                topics=tuple(
+                    nested(
+                        api.CREATE_PARTITIONS,
+                        version,
+                        "CreatePartitionsTopic",
+                        name=name,
+                        count=spec.total_count,
+                        assignments=None
+                        if spec.assignments is None
+                        else tuple(
+                            nested(
+                                api.CREATE_PARTITIONS,
+                                version,
+                                "CreatePartitionsAssignment",
+                                broker_ids=tuple(replicas),
+                            )
+                            for replicas in spec.assignments
+                        ),
+                    )
+                    for name, spec in new_partitions.items()
+                ),
+            )
+
+        response = await self.client.call(
+            node,
+            api.CREATE_PARTITIONS,
+            build,
+            timeout_ms=timeout_ms + self.client.request_timeout_ms,
+        )
+        return {
+            str(r.name): _error_or_none(r.error_code, r.error_message, str(r.name))
+            for r in response.results
+        }
+
+    async def elect_leaders(
+        self,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        election_type: str = "preferred",
+        timeout_ms: int = 30000,
+    ) -> dict[TopicPartition, KafkaClientError | None]:
+        """Elect the preferred (or, with ``election_type="unclean"``, any) leader of
+        ``partitions`` (None: every partition). Each partition's error or None; as in
+        Java's Admin, a partition already led by its preferred replica answers
+        ELECTION_NOT_NEEDED, and with None those are left out."""
+        kinds = {"preferred": 0, "unclean": 1}
+        if election_type not in kinds:
+            raise ValueError(f"election_type must be one of {sorted(kinds)}")
+        node = await self._controller()
+        wanted = None if partitions is None else _by_topic(partitions)
+
+        def build(version: int) -> Any:
+            return request(
+                api.ELECT_LEADERS,
+                version,
+                election_type=kinds[election_type],
+                timeout=timeout_ms,
+                topic_partitions=None
+                if wanted is None
+                else tuple(
+                    nested(api.ELECT_LEADERS, version, "TopicPartitions", topic=t,
+                           partitions=tuple(ps))
+                    for t, ps in wanted.items()
+                ),
+            )
+
+        response = await self.client.call(
+            node, api.ELECT_LEADERS, build, timeout_ms=timeout_ms + self.client.request_timeout_ms
+        )
+        if response.error_code != ErrorCode.none:
+            raise error_for(response.error_code, "ElectLeaders")
+        return {
+            TopicPartition(r.topic, int(p.partition_id)): _error_or_none(
+                p.error_code, p.error_message, f"{r.topic}-{p.partition_id}"
+            )
+            for r in response.replica_election_results
+            for p in r.partition_result
+        }
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None, *, timeout_ms: int = 30000
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress (of ``partitions``, None: all)."""
+        node = await self._controller()
+        wanted = None if partitions is None else _by_topic(partitions)
+
+        def build(version: int) -> Any:
+            return request(
+                api.LIST_PARTITION_REASSIGNMENTS,
+                version,
+                timeout=timeout_ms,
+                topics=None
+                if wanted is None
+                else tuple(
+                    nested(api.LIST_PARTITION_REASSIGNMENTS, version,
+                           "ListPartitionReassignmentsTopics", name=t,
+                           partition_indexes=tuple(ps))
+                    for t, ps in wanted.items()
+                ),
+            )
+
+        response = await self.client.call(node, api.LIST_PARTITION_REASSIGNMENTS, build)
+        if response.error_code != ErrorCode.none:
+            raise error_for(
+                response.error_code, response.error_message or "ListPartitionReassignments"
+            )
+        return {
+            TopicPartition(t.name, int(p.partition_index)): PartitionReassignment(
+                tuple(int(r) for r in p.replicas),
+                tuple(int(r) for r in p.adding_replicas),
+                tuple(int(r) for r in p.removing_replicas),
+            )
+            for t in response.topics
+            for p in t.partitions
+        }
+
+    async def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        timeout_ms: int = 30000,
+    ) -> dict[TopicPartition, KafkaClientError | None]:
+        """Move partitions to the given replicas (None cancels a reassignment in
+        progress); each partition's error or None."""
+        node = await self._controller()
+        by_topic: dict[str, list[tuple[int, Sequence[int] | None]]] = defaultdict(list)
+        for tp, replicas in reassignments.items():
+            tp = TopicPartition(*tp)
+            by_topic[tp.topic].append((tp.partition, replicas))
+
+        def build(version: int) -> Any:
+            return request(
+                api.ALTER_PARTITION_REASSIGNMENTS,
+                version,
+                timeout=timeout_ms,
+                allow_replication_factor_change=True,
+                topics=tuple(
+                    nested(
+                        api.ALTER_PARTITION_REASSIGNMENTS,
+                        version,
+                        "ReassignableTopic",
+                        name=topic,
+                        partitions=tuple(
+                            nested(
+                                api.ALTER_PARTITION_REASSIGNMENTS,
+                                version,
+                                "ReassignablePartition",
+                                partition_index=index,
+                                replicas=None if replicas is None else tuple(replicas),
+                            )
+                            for index, replicas in entries
+                        ),
+                    )
+                    for topic, entries in by_topic.items()
+                ),
+            )
+
+        response = await self.client.call(
+            node,
+            api.ALTER_PARTITION_REASSIGNMENTS,
+            build,
+            timeout_ms=timeout_ms + self.client.request_timeout_ms,
+        )
+        if response.error_code != ErrorCode.none:
+            raise error_for(
+                response.error_code, response.error_message or "AlterPartitionReassignments"
+            )
+        return {
+            TopicPartition(t.name, int(p.partition_index)): _error_or_none(
+                p.error_code, p.error_message, f"{t.name}-{p.partition_index}"
+            )
+            for t in response.responses
+            for p in t.partitions
+        }
+
+    async def describe_log_dirs(
+        self, brokers: Iterable[int] | None = None
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        """Each broker's log directories (None: every broker) with their partitions'
+        sizes (DescribeLogDirs to each broker)."""
+        await self.client.refresh_metadata()
+        nodes = sorted(self.client.metadata.brokers) if brokers is None else list(brokers)
+        out: dict[int, dict[str, LogDirDescription]] = {}
+        for node in nodes:
+            response = await self.client.call(
+                node, api.DESCRIBE_LOG_DIRS, lambda v: request(api.DESCRIBE_LOG_DIRS, v,
+                                                               topics=None)
+            )
+            code = ErrorCode(getattr(response, "error_code", ErrorCode.none))
+            if code != ErrorCode.none:
+                raise error_for(code, f"DescribeLogDirs on broker {node}")
+            out[node] = {
+                r.log_dir: LogDirDescription(
+                    path=r.log_dir,
+                    error=_error_or_none(r.error_code, None, r.log_dir),
+                    total_bytes=int(getattr(r, "total_bytes", -1)),
+                    usable_bytes=int(getattr(r, "usable_bytes", -1)),
+                    replicas={
+                        TopicPartition(t.name, int(p.partition_index)): ReplicaInfo(
+                            int(p.partition_size), int(p.offset_lag), bool(p.is_future_key)
+                        )
+                        for t in r.topics
+                        for p in t.partitions
+                    },
+                )
+                for r in response.results
+            }
+        return out
 
     # ---------------------------------------------------------------- transactions
 
