@@ -49,12 +49,19 @@ def test_summarise_folded_stacks(tmp_path: Path) -> None:
     assert profiles.summarise(Counter()) == []
 
 
-def _outcome(broker: str, produce_s: float, consume_errors: int = 0) -> dict[str, object]:
+def _outcome(
+    broker: str, produce_s: float, consume_errors: int = 0, cpu_s: float | None = None
+) -> dict[str, object]:
+    produce: dict[str, object] = {
+        "records": 1000, "bytes": 100_000, "seconds": produce_s, "errors": 0
+    }
+    if cpu_s is not None:
+        produce["broker_cpu_s"] = cpu_s
     return {
         "broker": broker,
         "scenario": "x",
         "records": 1000,
-        "produce": {"records": 1000, "bytes": 100_000, "seconds": produce_s, "errors": 0},
+        "produce": produce,
         "consume": {"records": 1000, "bytes": 100_000, "seconds": 0.5, "errors": consume_errors,
                     "join_seconds": 3.0},
     }
@@ -67,7 +74,10 @@ def test_rate_median_and_table() -> None:
     chosen = median_phase(runs, "produce")
     assert chosen is not None and chosen["seconds"] == 2.0
     scenario = Scenario("x", 1000, 100, 1)
-    outcomes = [_outcome("oncelog", 2.0, consume_errors=1), _outcome("tansu", 1.0)]
+    outcomes = [
+        _outcome("oncelog", 2.0, consume_errors=1, cpu_s=0.05), _outcome("tansu", 1.0)
+    ]
     table = results_table(outcomes, ["oncelog", "tansu"], [scenario])
-    assert "| x | 1,000 | produce | 500 | 0.1 | 1,000 | 0.1 | 0.50 |" in table
-    assert "| x | 1,000 | consume | failed | — | 2,000 | 0.2 | — |" in table
+    # Broker CPU per MB: 0.05 s over 0.1 MB is 500 ms/MB; Tansu's run measured none.
+    assert "| x | 1,000 | produce | 500 | 0.1 | 500.00 | 1,000 | 0.1 | — | 0.50 |" in table
+    assert "| x | 1,000 | consume | failed | — | — | 2,000 | 0.2 | — | — |" in table
