@@ -69,6 +69,10 @@ CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     api.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     api.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     api.DESCRIBE_CLUSTER: (0, 1),
+    # configs (oncelog.client.aio.admin); DescribeConfigs v1 is the first with synonyms
+    api.DESCRIBE_CONFIGS: (1, 4),
+    api.ALTER_CONFIGS: (0, 2),
+    api.INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 _HEAD = struct.Struct(">ihhih")
