@@ -43,10 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)",
     )
-    from oncelog.cli import metrics, records, topics, txn
+    from oncelog.cli import configs, metrics, records, topics, txn
 
     topics.add_parser(sub)
     records.add_parser(sub)
+    configs.add_parser(sub)
     txn.add_parser(sub)
     metrics.add_parser(sub)
     return parser
@@ -129,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
-    from oncelog.cli import metrics, records, topics, txn
+    from oncelog.cli import configs, metrics, records, topics, txn
 
     runners = {"topics": topics.run, "records": records.run, "txn": txn.run,
-               "metrics": metrics.run}
+               "metrics": metrics.run, "configs": configs.run}
     return runners[args.command](args)
 
 
