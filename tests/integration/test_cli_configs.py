@@ -4,24 +4,18 @@ real broker."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+from test_cli_txn import run_cli
 
 from oncelog.cli.common import CommandError
 from oncelog.cli.configs import parse_add_config
 from oncelog.client import Admin, NewTopic
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from tests.support.broker import BrokerProcess
 
 
 def configs_cli(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "oncelog.cli.main", "configs", *args,
-         "--bootstrap-server", broker.bootstrap],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
+    return run_cli("configs", *args, "--bootstrap-server", broker.bootstrap)
 
 
 def config_lines(output: str) -> dict[str, str]:
