@@ -43,12 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)",
     )
+    serve.add_argument(
+        "--ui", type=_host_port, default=None, metavar="HOST:PORT",
+        help="serve the transactions console at http://HOST:PORT/ (default: off)",
+    )
     from oncelog.cli import metrics, records, topics, txn
 
     topics.add_parser(sub)
     records.add_parser(sub)
     txn.add_parser(sub)
     metrics.add_parser(sub)
+    from oncelog.cli import ui
+
+    ui.add_parser(sub)
     return parser
 
 
@@ -85,6 +92,7 @@ def serve(args: argparse.Namespace) -> int:
         listen=args.listen,
         advertised=args.advertised,
         metrics_listen=args.metrics,
+        ui_listen=args.ui,
     )
 
     def on_ready(host: str, port: int) -> None:
@@ -133,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
 
     runners = {"topics": topics.run, "records": records.run, "txn": txn.run,
                "metrics": metrics.run}
+    from oncelog.cli import ui
+
+    runners["ui"] = ui.run
     return runners[args.command](args)
 
 

@@ -21,7 +21,12 @@ from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import TopicPartition
 from oncelog.errors import ErrorCode
 
-__all__ = ["DESCRIBE_PRODUCERS_BATCH", "HangingTransaction", "find_hanging_transactions"]
+__all__ = [
+    "DESCRIBE_PRODUCERS_BATCH",
+    "HangingTransaction",
+    "find_hanging_transactions",
+    "hanging_among",
+]
 
 DESCRIBE_PRODUCERS_BATCH = 500
 
@@ -40,14 +45,28 @@ async def find_hanging_transactions(
 ) -> list[HangingTransaction]:
     """The hanging transactions on ``partitions`` (see the module docstring), in partition
     then producer id order."""
-    candidates: list[HangingTransaction] = []
+    producers: dict[TopicPartition, list[ProducerState]] = {}
     for start in range(0, len(partitions), DESCRIBE_PRODUCERS_BATCH):
-        batch = partitions[start:start + DESCRIBE_PRODUCERS_BATCH]
-        for tp, producers in sorted((await admin.describe_producers(batch)).items()):
-            candidates.extend(
-                HangingTransaction(tp, p) for p in producers
-                if p.current_txn_start_offset >= 0 and now_ms - p.last_timestamp > max_timeout_ms
-            )
+        producers.update(
+            await admin.describe_producers(partitions[start:start + DESCRIBE_PRODUCERS_BATCH])
+        )
+    return await hanging_among(admin, producers, max_timeout_ms=max_timeout_ms, now_ms=now_ms)
+
+
+async def hanging_among(
+    admin: AIOAdmin,
+    producers: Mapping[TopicPartition, Sequence[ProducerState]],
+    *,
+    max_timeout_ms: int,
+    now_ms: int,
+) -> list[HangingTransaction]:
+    """The hanging transactions among partitions' already described producers."""
+    candidates = [
+        HangingTransaction(tp, p)
+        for tp, states in sorted(producers.items())
+        for p in states
+        if p.current_txn_start_offset >= 0 and now_ms - p.last_timestamp > max_timeout_ms
+    ]
     if not candidates:
         return []
     return await _not_expected_by_coordinator(admin, candidates)
