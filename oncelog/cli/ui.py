@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
     )
     console = Console(args.bootstrap_server,
-                      max_timeout_ms=max(0, args.max_transaction_timeout) * 60_000)
+                      max_timeout_ms=max(0, args.max_transaction_timeout) * 60_000,
+                      timeout_ms=args.timeout_ms)
 
     async def main() -> None:
         host, port = args.listen

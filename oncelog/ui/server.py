@@ -143,8 +143,10 @@ class Console:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         min_interval_s: float = MIN_INTERVAL_S,
+        timeout_ms: int = 10_000,
     ) -> None:
         self.bootstrap = bootstrap
+        self.timeout_ms = max(1, timeout_ms)
         self.max_timeout_ms = max_timeout_ms
         self._clock, self._monotonic = clock, monotonic
         self._min_interval_s = min_interval_s
@@ -157,9 +159,9 @@ class Console:
         if self._admin is None:
             self._admin = AIOAdmin({
                 "bootstrap.servers": self.bootstrap, "client.id": "oncelog-console",
-                "allow.auto.create.topics": False, "request.timeout.ms": 10_000,
-                "default.api.timeout.ms": 10_000, "max.block.ms": 10_000,
-                "socket.connection.setup.timeout.ms": 5_000,
+                "allow.auto.create.topics": False, "request.timeout.ms": self.timeout_ms,
+                "default.api.timeout.ms": self.timeout_ms, "max.block.ms": self.timeout_ms,
+                "socket.connection.setup.timeout.ms": min(self.timeout_ms, 5_000),
             })
         return self._admin
 
@@ -178,9 +180,9 @@ class Console:
             try:
                 state = await collect_state(self._client(), max_timeout_ms=self.max_timeout_ms,
                                             now_ms=int(self._clock() * 1000))
-            except KafkaClientError as exc:
-                raise ConsoleError(503, "BROKER_UNREACHABLE"
-                                   if exc.code is None else exc.code.name.upper(),
+            except (KafkaClientError, OSError, TimeoutError) as exc:
+                # Whatever the request that failed, the page cannot show the brokers' state.
+                raise ConsoleError(503, "BROKER_UNREACHABLE",
                                    f"cannot read the state from {self.bootstrap}: {exc}"
                                    ) from None
             state["bootstrap"] = self.bootstrap
