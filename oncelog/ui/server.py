@@ -28,7 +28,6 @@ preflight) and carry the token, so a stray request cannot act. Errors are JSON
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
@@ -41,6 +40,7 @@ from importlib import resources
 from oncelog.client.aio.admin import AIOAdmin
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import TopicPartition
+from oncelog.http_exchange import answer_once
 from oncelog.ui.state import OPEN_STATES, JsonDict, collect_state
 
 log = logging.getLogger(__name__)
@@ -307,35 +307,27 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
     return method, target.split("?", 1)[0], headers
 
 
+async def _respond(console: Console, reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    try:
+        method, path, headers = _parse_head(head)
+        length = int(headers.get("content-length", "0") or "0")
+        if not 0 <= length <= _MAX_BODY:
+            raise ConsoleError(413, "BAD_REQUEST", "body too large")
+    except ValueError:
+        return ConsoleError(400, "BAD_REQUEST", "bad Content-Length").response().encode()
+    except ConsoleError as exc:
+        return exc.response().encode()
+    body = await reader.readexactly(length) if length else b""
+    response = await console.handle(method, path, headers.get("content-type", ""), body)
+    return response.encode()
+
+
 async def _handle_connection(
     console: Console, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
-    peer = writer.get_extra_info("peername")
-    try:
-        async with asyncio.timeout(_REQUEST_TIMEOUT_S):
-            head = await reader.readuntil(b"\r\n\r\n")
-            try:
-                method, path, headers = _parse_head(head)
-                length = int(headers.get("content-length", "0") or "0")
-                if not 0 <= length <= _MAX_BODY:
-                    raise ConsoleError(413, "BAD_REQUEST", "body too large")
-            except ValueError:
-                response = ConsoleError(400, "BAD_REQUEST", "bad Content-Length").response()
-            except ConsoleError as exc:
-                response = exc.response()
-            else:
-                body = await reader.readexactly(length) if length else b""
-                response = await console.handle(method, path, headers.get("content-type", ""),
-                                                body)
-            writer.write(response.encode())
-            await writer.drain()
-    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-            ConnectionError) as exc:
-        log.debug("console request from %s dropped: %r", peer, exc)
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
+    await answer_once(reader, writer, functools.partial(_respond, console), what="console",
+                      timeout_s=_REQUEST_TIMEOUT_S)
 
 
 async def bind_console(host: str, port: int, console: Console) -> asyncio.Server:
