@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)",
     )
+    serve.add_argument(
+        "--ui", type=_host_port, default=None, metavar="HOST:PORT",
+        help="serve the transactions console at http://HOST:PORT/ (default: off)",
+    )
     from oncelog.cli import configs, metrics, records, topics, txn
 
     topics.add_parser(sub)
@@ -50,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_parser(sub)
     txn.add_parser(sub)
     metrics.add_parser(sub)
+    from oncelog.cli import ui
+
+    ui.add_parser(sub)
     return parser
 
 
@@ -86,6 +93,7 @@ def serve(args: argparse.Namespace) -> int:
         listen=args.listen,
         advertised=args.advertised,
         metrics_listen=args.metrics,
+        ui_listen=args.ui,
     )
 
     def on_ready(host: str, port: int) -> None:
@@ -134,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
 
     runners = {"topics": topics.run, "records": records.run, "txn": txn.run,
                "metrics": metrics.run, "configs": configs.run}
+    from oncelog.cli import ui
+
+    runners["ui"] = ui.run
     return runners[args.command](args)
 
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import defaultdict
-from collections.abc import Sequence
 
 from oncelog.cli.common import (
     CommandError,
@@ -31,7 +29,7 @@ from oncelog.cli.common import (
     run_command,
 )
 from oncelog.client import Admin, TopicPartition
-from oncelog.client.aio.admin import ProducerState, TransactionDescription
+from oncelog.client.aio.admin import TransactionDescription
 from oncelog.client.errors import KafkaClientError
 from oncelog.errors import ErrorCode
 
@@ -49,7 +47,6 @@ HANGING_HEADERS = (
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
           "CompleteAbort", "Dead", "PrepareEpochFence")
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
-DESCRIBE_PRODUCERS_BATCH = 500
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -210,54 +207,18 @@ def cmd_find_hanging(args: argparse.Namespace) -> int:
     max_timeout_ms = max(0, args.max_transaction_timeout) * 60_000
     with open_admin(args) as admin:
         partitions = _partitions_to_search(admin, args.topic, args.partition, args.broker_id)
-        # 1. Open transactions on the partitions that have been idle longer than any
-        #    transaction may run.
         now = int(time.time() * 1000)
-        candidates: list[tuple[TopicPartition, ProducerState]] = []
-        for start in range(0, len(partitions), DESCRIBE_PRODUCERS_BATCH):
-            batch = partitions[start:start + DESCRIBE_PRODUCERS_BATCH]
-            for tp, producers in sorted(admin.describe_producers(batch).items()):
-                for p in producers:
-                    if p.current_txn_start_offset >= 0 and now - p.last_timestamp > max_timeout_ms:
-                        candidates.append((tp, p))
-        # 2. Whose coordinator no longer expects to write a marker there.
-        hanging = _not_expected_by_coordinator(admin, candidates) if candidates else []
+        hanging = admin.find_hanging_transactions(
+            partitions, max_timeout_ms=max_timeout_ms, now_ms=now
+        )
     print_table(HANGING_HEADERS, [
-        (tp.topic, tp.partition, p.producer_id, p.producer_epoch, p.coordinator_epoch,
-         p.current_txn_start_offset, p.last_timestamp, (now - p.last_timestamp) // 60_000)
-        for tp, p in hanging
+        (h.partition.topic, h.partition.partition, h.producer.producer_id,
+         h.producer.producer_epoch, h.producer.coordinator_epoch,
+         h.producer.current_txn_start_offset, h.producer.last_timestamp,
+         h.idle_ms(now) // 60_000)
+        for h in hanging
     ])
     return 0
-
-
-def _not_expected_by_coordinator(
-    admin: Admin, candidates: Sequence[tuple[TopicPartition, ProducerState]]
-) -> list[tuple[TopicPartition, ProducerState]]:
-    by_producer: dict[int, list[tuple[TopicPartition, ProducerState]]] = defaultdict(list)
-    for tp, p in candidates:
-        by_producer[p.producer_id].append((tp, p))
-    ids = {
-        t.producer_id: t.transactional_id
-        for t in admin.list_transactions(producer_ids=sorted(by_producer))
-        if t.producer_id in by_producer
-    }
-    hanging = []
-    for producer_id, open_txns in sorted(by_producer.items()):
-        txn_id = ids.get(producer_id)
-        description = None
-        if txn_id is not None:
-            try:
-                description = admin.describe_transactions([txn_id])[txn_id]
-            except KafkaClientError as exc:
-                if exc.code is not ErrorCode.transactional_id_not_found:
-                    raise
-        for tp, p in open_txns:
-            # DescribeTransactions lists the partitions of an ongoing transaction, and those
-            # still waiting for their marker while PrepareCommit/PrepareAbort: the
-            # coordinator will finish those. Anything else is hanging.
-            if description is None or tp not in description.partitions:
-                hanging.append((tp, p))
-    return hanging
 
 
 # ------------------------------------------------------------------------------ abort

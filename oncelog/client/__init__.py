@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from oncelog.client._loop import LoopThread
+from oncelog.client.admin_views import HangingTransaction, find_hanging_transactions
 from oncelog.client.aio.admin import (
     AIOAdmin,
     ClusterDescription,
@@ -511,6 +512,14 @@ class Admin:
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, list[ProducerState]]:
         return dict(self._run(self._core.describe_producers(list(partitions))))
+
+    def find_hanging_transactions(
+        self, partitions: Sequence[TopicPartition], *, max_timeout_ms: int, now_ms: int
+    ) -> list[HangingTransaction]:
+        """Transactions open on ``partitions`` that no coordinator will finish
+        (``oncelog.client.admin_views``)."""
+        return list(self._run(find_hanging_transactions(
+            self._core, list(partitions), max_timeout_ms=max_timeout_ms, now_ms=now_ms)))
 
     def delete_records(
         self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int = 30000

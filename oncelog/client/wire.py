@@ -44,6 +44,7 @@ CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     api.METADATA: (1, 12),
     api.OFFSET_COMMIT: (2, 8),
     api.OFFSET_FETCH: (1, 8),
+    api.LIST_GROUPS: (0, 5),
     api.FIND_COORDINATOR: (0, 6),
     api.JOIN_GROUP: (0, 9),
     api.HEARTBEAT: (0, 4),
