@@ -469,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = (args.out_dir / run_id).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
 
+    load_before = os.getloadavg()
     outcomes: list[dict[str, Any]] = []
     for scenario in scenarios:
         for name in broker_names:
@@ -504,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
 
         tansu_version = machine._run(str(tansu_binary()), "--version")
     info = machine.describe(REPO, Path(tempfile.gettempdir()), tansu_version)
+    # The machine may be shared: the load average (1, 5, 15 min) around the run says how much.
+    info["load average at start"] = " / ".join(f"{x:.2f}" for x in load_before)
+    info["load average at end"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     if "kafka" in broker_names:
         from tests.support.kafka import describe as describe_kafka
 
