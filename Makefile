@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint bench clean reference js
+.PHONY: serve test test-fast lint bench clean reference js
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ js: $(JS_STAMP)
 
 test: $(TEST_STAMP) lint reference js
 	$(VENV)/bin/pytest -q tests
+
+# For development: lint and the unit tests only (no broker processes, no Java), under a minute.
+test-fast: $(TEST_STAMP) lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
 
 bench: $(TEST_STAMP) reference
 	$(PY) -m pip install --quiet -e '.[bench]'
