@@ -87,13 +87,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     p = commands.add_parser("abort", parents=[conn],
                             help="abort a hanging transaction on one partition")
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--topic", required=True, help="topic of the hanging transaction")
+    p.add_argument("--partition", type=int, required=True,
+                   help="partition of the hanging transaction")
     p.add_argument("--start-offset", type=int, default=None,
                    help="first offset of the transaction to abort (finds the rest)")
-    p.add_argument("--producer-id", type=int, default=None)
-    p.add_argument("--producer-epoch", type=int, default=None)
-    p.add_argument("--coordinator-epoch", type=int, default=None)
+    p.add_argument("--producer-id", type=int, default=None,
+                   help="producer of the transaction (instead of --start-offset)")
+    p.add_argument("--producer-epoch", type=int, default=None,
+                   help="its epoch (with --producer-id)")
+    p.add_argument("--coordinator-epoch", type=int, default=None,
+                   help="its coordinator epoch (with --producer-id)")
     p.set_defaults(handler=cmd_abort)
 
     p = commands.add_parser(
