@@ -87,15 +87,19 @@ def bootstrap_servers(text: str) -> str:
     return text
 
 
-def connection_options() -> argparse.ArgumentParser:
-    """A parent parser with the options of every command that talks to a broker."""
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("connection")
+def add_bootstrap_option(group: argparse._ActionsContainer) -> None:
     group.add_argument(
         "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
         type=bootstrap_servers,
         help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
     )
+
+
+def connection_options() -> argparse.ArgumentParser:
+    """A parent parser with the options of every command that talks to a broker."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("connection")
+    add_bootstrap_option(group)
     group.add_argument(
         "--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
         help=f"give up on an operation after this long (default {DEFAULT_TIMEOUT_MS})",
