@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)",
     )
-    from oncelog.cli import console, groups, metrics, offsets, records, topics, txn
+    from oncelog.cli import console, dumplog, groups, metrics, offsets, records, topics, txn
 
     topics.add_parser(sub)
     records.add_parser(sub)
@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     console.add_parser(sub)
     offsets.add_parser(sub)
     groups.add_parser(sub)
+    dumplog.add_parser(sub)
     return parser
 
 
@@ -171,12 +172,22 @@ def main(argv: list[str] | None = None) -> int:
     with exit_quietly_on_broken_pipe():
         if args.command == "serve":
             return serve(args)
-        from oncelog.cli import console, groups, metrics, offsets, records, topics, txn
+        from oncelog.cli import (
+            console,
+            dumplog,
+            groups,
+            metrics,
+            offsets,
+            records,
+            topics,
+            txn,
+        )
 
         runners = {"topics": topics.run, "records": records.run, "txn": txn.run,
                    "metrics": metrics.run}
         runners.update(produce=console.run, consume=console.run, offsets=offsets.run,
                        groups=groups.run)
+        runners["dump-log"] = dumplog.run
         return runners[args.command](args)
     return BROKEN_PIPE_EXIT
 
