@@ -1,0 +1,243 @@
+"""One partition as the broker serves it: its engine behind the I/O-error boundary, the
+offline state that boundary sets, and the fetches waiting for new data.
+
+An OSError from the partition's files takes it offline (Kafka's log-directory failure
+handling) and every later call answers KAFKA_STORAGE_ERROR; waiting fetches are woken only
+when what they may read moved (the high watermark for read_uncommitted, the LSO for
+read_committed). On a single node the high watermark is the log end offset once an append
+has returned. The registry of every partition is oncelog.broker.partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, cast
+
+from oncelog.config import LogConfig
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.faults import io_fault
+from oncelog.records.batch import BatchHeader
+from oncelog.storage.engine import AppendOrigin, FetchResult, IsolationLevel
+from oncelog.storage.log import AppendResult
+from oncelog.storage.producer_state import ProducerInfo
+from oncelog.storage.unified_log import UnifiedLog
+
+log = logging.getLogger(__name__)
+
+
+class _GuardedLog:
+    """A partition's log seen through its I/O-error boundary.
+
+    Every method call of the wrapped UnifiedLog that raises OSError (disk full, permission,
+    EIO) takes the partition offline, as Kafka's log-directory failure handling does
+    (``LogDirFailureChannel``, ``ReplicaManager.handleLogDirFailure``), and becomes
+    KafkaError(KAFKA_STORAGE_ERROR); once offline, every method call raises it without
+    touching the files. Attribute reads (offsets, config, producer state) stay available:
+    they are in memory, and they let handlers answer the error per partition.
+    """
+
+    __slots__ = ("_log", "_partition")
+
+    def __init__(self, log: UnifiedLog, partition: Partition) -> None:
+        self._log = log
+        self._partition = partition
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._log, name)
+        if not callable(value):
+            return value
+        partition = self._partition
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if partition.offline is not None:
+                raise partition.storage_error()
+            try:
+                io_fault(name, partition.name)
+                return value(*args, **kwargs)
+            except OSError as exc:
+                partition.take_offline(name, exc)
+                raise partition.storage_error() from exc
+
+        return guarded
+
+
+class Partition:
+    """One partition: its log plus the futures of fetches waiting for new data.
+
+    ``log`` is the partition's UnifiedLog behind its I/O-error boundary (``_GuardedLog``);
+    ``offline`` says why the partition was taken offline, None while it is healthy.
+    """
+
+    __slots__ = ("_waiters", "index", "log", "log_dir", "offline", "raw_log", "topic")
+
+    def __init__(
+        self, topic: str, index: int, log: UnifiedLog, log_dir: Path | None = None
+    ) -> None:
+        self.topic = topic
+        self.index = index
+        # The log directory (of log.dirs) holding this partition.
+        self.log_dir = log_dir if log_dir is not None else log.directory.parent
+        self.raw_log = log
+        self.log: UnifiedLog = cast(UnifiedLog, _GuardedLog(log, self))
+        self.offline: str | None = None
+        # Fetches waiting for data, by isolation level (see _maybe_wake).
+        self._waiters: dict[IsolationLevel, set[asyncio.Future[None]]] = {
+            level: set() for level in IsolationLevel
+        }
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    def replace_log(self, log: UnifiedLog, log_dir: Path) -> None:
+        """Continue on ``log`` (the same partition reopened in ``log_dir`` after a move)."""
+        self.raw_log = log
+        self.log = cast(UnifiedLog, _GuardedLog(log, self))
+        self.log_dir = log_dir
+
+    def take_offline(self, operation: str, exc: OSError) -> None:
+        """Stop using this partition's files after an I/O error (until a restart)."""
+        if self.offline is None:
+            self.offline = f"{operation} failed: {exc}"
+            log.error(
+                "partition %s is offline: I/O error during %s in %s: %s; answering "
+                "KAFKA_STORAGE_ERROR for it until the broker is restarted with the disk fixed",
+                self.name, operation, self.raw_log.directory, exc,
+            )
+        self.wake_waiters()
+
+    def storage_error(self) -> KafkaError:
+        return KafkaError(
+            ErrorCode.kafka_storage_error,
+            f"partition {self.name} is offline ({self.offline}) in {self.raw_log.directory}",
+        )
+
+    # -- offsets and configuration -----------------------------------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self.log.config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Offsets below it are decided: no open transaction has records there."""
+        return self.log.last_stable_offset
+
+    def last_fetchable_offset(self, isolation: IsolationLevel) -> int:
+        """Where a reader of ``isolation`` stops: the LSO (read_committed) or the HW."""
+        return self.log.last_fetchable_offset(isolation)
+
+    # -- writes ---------------------------------------------------------------------------
+    def append(
+        self,
+        buf: bytearray,
+        headers: list[BatchHeader],
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        log_append_time_ms: int | None = None,
+    ) -> AppendResult:
+        before = self._offsets()
+        result = self.log.append(
+            buf, headers, origin=origin, log_append_time_ms=log_append_time_ms
+        )
+        self._maybe_wake(before)
+        return result
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+    ) -> int:
+        before = self._offsets()
+        offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        self._maybe_wake(before)
+        return offset
+
+    # -- reads ----------------------------------------------------------------------------
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        *,
+        min_one_batch: bool = True,
+    ) -> FetchResult:
+        """Whole batches from ``offset`` below the HW (read_uncommitted) or the LSO
+        (read_committed, with the aborted transactions overlapping what is returned)."""
+        return self.log.read(offset, max_bytes, isolation, min_one_batch=min_one_batch)
+
+    def producers(self) -> list[ProducerInfo]:
+        """The producers this partition knows (DescribeProducers), by producer id."""
+        return self.log.producers()
+
+    def open_transactions(self) -> int:
+        """Transactions with records here and no marker yet."""
+        return self.log.open_transactions()
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        return self.log.has_open_transaction(producer_id)
+
+    def offset_for_timestamp(
+        self, timestamp_ms: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    ) -> tuple[int, int] | None:
+        return self.log.offset_for_timestamp(timestamp_ms, isolation)
+
+    def max_timestamp_offset(
+        self, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    ) -> tuple[int, int] | None:
+        return self.log.max_timestamp_offset(isolation)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (DeleteRecords), durably; the new
+        log start. Waiting read_committed fetches are woken: the LSO may have moved."""
+        before = self._offsets()
+        start = self.log.delete_records_before(offset)
+        self._maybe_wake(before)
+        return start
+
+    # -- fetch waiters ----------------------------------------------------------------------
+    def _offsets(self) -> tuple[int, int]:
+        return self.log.high_watermark, self.log.last_stable_offset
+
+    def _maybe_wake(self, before: tuple[int, int]) -> None:
+        """Wake read_uncommitted waiters when the HW moved, read_committed ones only when the
+        LSO moved (an append inside an open transaction gives them nothing to read)."""
+        high_watermark, stable = self._offsets()
+        if high_watermark != before[0]:
+            self._wake(self._waiters[IsolationLevel.READ_UNCOMMITTED])
+        if stable != before[1]:
+            self._wake(self._waiters[IsolationLevel.READ_COMMITTED])
+
+    @staticmethod
+    def _wake(waiters: set[asyncio.Future[None]]) -> None:
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        waiters.clear()
+
+    def wake_waiters(self) -> None:
+        """Wake every waiting fetch (the partition went offline, was deleted or closed)."""
+        for waiters in self._waiters.values():
+            self._wake(waiters)
+
+    def add_waiter(
+        self,
+        fut: asyncio.Future[None],
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> None:
+        self._waiters[isolation].add(fut)
+
+    def remove_waiter(self, fut: asyncio.Future[None]) -> None:
+        for waiters in self._waiters.values():
+            waiters.discard(fut)
+

@@ -1,0 +1,275 @@
+"""The registry data: every broker and topic config key oncelog knows, with Kafka's names,
+types, defaults, validation and documentation (``BROKER_KEYS``, ``TOPIC_CONFIGS``), the
+broker configs each topic config defaults to (its synonyms, and their units), and the
+parsers of the values that need one (``log.dirs``, ``storage.engine``).
+Configs that oncelog stores and describes but does not act on yet say why in ``not_yet``
+(listed in docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from oncelog.config_key import INT_MAX, LONG_MAX, ConfigKey, ConfigType, Dynamic
+
+STORAGE_ENGINE_SCHEMES = ("file", "memory")
+"""Partition engines ``storage.engine`` may name (see oncelog.storage.engines)."""
+
+
+def storage_engine_scheme(url: str) -> str:
+    """The scheme of a ``storage.engine`` URL (``file:``, ``memory:``); ValueError naming
+    the known ones for any other."""
+    scheme, colon, _rest = url.partition(":")
+    if not colon or scheme not in STORAGE_ENGINE_SCHEMES:
+        known = ", ".join(f"{s}:" for s in STORAGE_ENGINE_SCHEMES)
+        raise ValueError(f"unknown storage engine {url!r}; known engines: {known}")
+    return scheme
+
+
+def _log_dirs_text(text: str) -> str:
+    if not split_log_dirs(text):
+        raise ValueError("log.dirs names no directory")
+    return text
+
+
+def split_log_dirs(text: str) -> list[str]:
+    """The directories of a ``log.dirs`` value (comma-separated, blanks dropped)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _engine_url(text: str) -> str:
+    storage_engine_scheme(text)
+    return text
+
+
+def _gzip_level(value: Any) -> str | None:
+    if value == -1 or 1 <= value <= 9:
+        return None
+    return "Value must be between 1 and 9 or equal to -1"
+
+
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+CLEANUP_POLICIES = ("compact", "delete")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+COMPACTION = "log compaction is not implemented yet"
+REPLICATION = "oncelog runs a single node: there is no replication yet"
+REMOTE = "tiered (remote) storage is not implemented"
+T, B, INT, L, S, D, LS = (
+    ConfigType.STRING, ConfigType.BOOLEAN, ConfigType.INT, ConfigType.LONG,
+    ConfigType.SHORT, ConfigType.DOUBLE, ConfigType.LIST,
+)
+
+
+def _key(name: str, type_: ConfigType, default: Any, doc: str, **kwargs: Any) -> ConfigKey:
+    return ConfigKey(name, type_, default, doc, **kwargs)
+
+
+# Every topic config of Kafka 4.4 (tests/integration/test_configs_kafka.py compares this
+# list with a live Kafka 4.4), with the broker configs each defaults to.
+_TOPIC_KEYS = [
+    _key("cleanup.policy", LS, "delete", "How old segments are discarded: delete (by "
+         "retention.ms / retention.bytes), compact (keep the last record per key), or both.",
+         choices=CLEANUP_POLICIES, synonyms=("log.cleanup.policy",),
+         not_yet="compact is stored but " + COMPACTION + "; delete applies as usual"),
+    _key("compression.gzip.level", INT, -1, "gzip level used when compression.type is gzip "
+         "(-1: the codec's default).", validator=_gzip_level,
+         synonyms=("compression.gzip.level",)),
+    _key("compression.lz4.level", INT, 9, "lz4 level used when compression.type is lz4.",
+         at_least=1, at_most=17, synonyms=("compression.lz4.level",)),
+    _key("compression.type", T, "producer", "Codec of the batches stored: producer (keep "
+         "what the producer sent), uncompressed, gzip, snappy, lz4 or zstd.",
+         choices=COMPRESSION_TYPES, synonyms=("compression.type",),
+         not_yet="batches are stored as the producer sent them (no recompression yet)"),
+    _key("compression.zstd.level", INT, 3, "zstd level used when compression.type is zstd.",
+         at_least=-131072, at_most=22, synonyms=("compression.zstd.level",)),
+    _key("delete.retention.ms", L, 86400000, "How long delete tombstones stay in a "
+         "compacted topic.", at_least=0, synonyms=("log.cleaner.delete.retention.ms",),
+         not_yet=COMPACTION),
+    _key("errors.deadletterqueue.group.enable", B, False, "Whether share groups may send "
+         "undeliverable records of this topic to a dead-letter queue.",
+         not_yet="share groups are not implemented"),
+    _key("file.delete.delay.ms", L, 60000, "Delay before a deleted segment's files are "
+         "removed from disk.", at_least=0, synonyms=("log.segment.delete.delay.ms",),
+         not_yet="segments are removed at once when retention deletes them"),
+    _key("flush.messages", L, LONG_MAX, "fsync the log after this many records.",
+         at_least=1, synonyms=("log.flush.interval.messages",)),
+    _key("flush.ms", L, LONG_MAX, "fsync the log when its oldest unflushed record is this "
+         "old.", at_least=0, synonyms=("log.flush.interval.ms",
+                                       "log.flush.scheduler.interval.ms")),
+    _key("follower.replication.throttled.replicas", LS, "", "Replicas whose follower "
+         "fetches are throttled.", not_yet=REPLICATION),
+    _key("index.interval.bytes", INT, 4096, "Bytes of log between two offset index entries.",
+         at_least=0, synonyms=("log.index.interval.bytes",)),
+    _key("leader.replication.throttled.replicas", LS, "", "Replicas whose leader side of "
+         "replication is throttled.", not_yet=REPLICATION),
+    _key("local.retention.bytes", L, -2, "Bytes kept on local disk when remote storage is "
+         "on (-2: retention.bytes).", at_least=-2, synonyms=("log.local.retention.bytes",),
+         not_yet=REMOTE),
+    _key("local.retention.ms", L, -2, "Time kept on local disk when remote storage is on "
+         "(-2: retention.ms).", at_least=-2, synonyms=("log.local.retention.ms",),
+         not_yet=REMOTE),
+    _key("max.compaction.lag.ms", L, LONG_MAX, "Longest a record may stay uncompacted.",
+         at_least=1, synonyms=("log.cleaner.max.compaction.lag.ms",), not_yet=COMPACTION),
+    _key("max.decompressed.message.bytes", INT, 2147483639, "Largest size a compressed "
+         "batch may decompress to.", synonyms=("max.decompressed.message.bytes",),
+         not_yet="decompressed sizes are not limited yet"),
+    _key("max.message.bytes", INT, 1048588, "Largest record batch the topic accepts.",
+         at_least=0, synonyms=("message.max.bytes",)),
+    _key("message.timestamp.after.max.ms", L, 3600000, "How far in the future a record's "
+         "CreateTime may be.", at_least=0,
+         synonyms=("log.message.timestamp.after.max.ms",),
+         not_yet="record timestamps are not checked against the clock yet"),
+    _key("message.timestamp.before.max.ms", L, LONG_MAX, "How far in the past a record's "
+         "CreateTime may be.", at_least=0,
+         synonyms=("log.message.timestamp.before.max.ms",),
+         not_yet="record timestamps are not checked against the clock yet"),
+    _key("message.timestamp.type", T, "CreateTime", "Which timestamp records carry: the "
+         "producer's (CreateTime) or the broker's append time (LogAppendTime).",
+         choices=TIMESTAMP_TYPES, synonyms=("log.message.timestamp.type",)),
+    _key("min.cleanable.dirty.ratio", D, 0.5, "Share of uncompacted log that triggers "
+         "compaction.", at_least=0, at_most=1, synonyms=("log.cleaner.min.cleanable.ratio",),
+         not_yet=COMPACTION),
+    _key("min.compaction.lag.ms", L, 0, "Shortest time a record stays uncompacted.",
+         at_least=0, synonyms=("log.cleaner.min.compaction.lag.ms",), not_yet=COMPACTION),
+    _key("min.insync.replicas", INT, 1, "In-sync replicas an acks=all write needs.",
+         at_least=1, synonyms=("min.insync.replicas",), not_yet=REPLICATION),
+    _key("preallocate", B, False, "Preallocate segment files when they are created.",
+         synonyms=("log.preallocate",), not_yet="segment files grow as they are written"),
+    _key("remote.copy.lag.bytes", L, -1, "Bytes of local log not yet copied to remote "
+         "storage before copying is forced.", synonyms=("log.remote.copy.lag.bytes",),
+         not_yet=REMOTE),
+    _key("remote.copy.lag.ms", L, 0, "Age of local log not yet copied to remote storage "
+         "before copying is forced.", synonyms=("log.remote.copy.lag.ms",), not_yet=REMOTE),
+    _key("remote.log.copy.disable", B, False, "Stop copying segments to remote storage.",
+         not_yet=REMOTE),
+    _key("remote.log.delete.on.disable", B, False, "Delete remote data when remote "
+         "storage is turned off.", not_yet=REMOTE),
+    _key("remote.storage.enable", B, False, "Keep old segments in remote storage.",
+         not_yet=REMOTE),
+    _key("retention.bytes", L, -1, "Delete the oldest segments while a partition is larger "
+         "than this (-1: no size limit).", synonyms=("log.retention.bytes",)),
+    _key("retention.ms", L, 604800000, "Delete segments whose newest record is older than "
+         "this (-1: no time limit).", at_least=-1,
+         synonyms=("log.retention.ms", "log.retention.minutes", "log.retention.hours")),
+    # Kafka 4.x requires at least 1 MiB; oncelog allows small segments (tests roll them).
+    _key("segment.bytes", INT, 1073741824, "Roll a new segment when the active one reaches "
+         "this size.", at_least=14, synonyms=("log.segment.bytes",)),
+    _key("segment.index.bytes", INT, 10485760, "Largest size of a segment's index files.",
+         at_least=4, synonyms=("log.index.size.max.bytes",)),
+    _key("segment.jitter.ms", L, 0, "Random time subtracted from segment.ms per segment.",
+         at_least=0, synonyms=("log.roll.jitter.ms", "log.roll.jitter.hours"),
+         not_yet="segments roll exactly at segment.ms"),
+    _key("segment.ms", L, 604800000, "Roll a new segment when the active one is this old.",
+         at_least=1, synonyms=("log.roll.ms", "log.roll.hours")),
+    _key("unclean.leader.election.enable", B, False, "Let an out-of-sync replica become "
+         "leader.", synonyms=("unclean.leader.election.enable",), not_yet=REPLICATION),
+]
+TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _TOPIC_KEYS}
+
+# Broker configs given in other units than the topic config they feed (ms per unit).
+SYNONYM_UNIT_MS: dict[str, int] = {
+    "log.retention.minutes": 60_000,
+    "log.retention.hours": 3_600_000,
+    "log.roll.hours": 3_600_000,
+    "log.roll.jitter.hours": 3_600_000,
+}
+
+CW = Dynamic.CLUSTER_WIDE
+_BROKER_KEYS = [
+    _key("node.id", INT, 1, "This broker's id.", at_least=0),
+    _key("log.dirs", LS, "./data", "Comma-separated directories for partition data; new "
+         "partitions go to the one holding the fewest. The first (or --data-dir) also holds "
+         "topics.json.", parser=_log_dirs_text),
+    _key("storage.engine", T, "file:", "Partition engine: file: (segments on disk) or "
+         "memory: (lost on stop).", parser=_engine_url),
+    _key("listeners", LS, "PLAINTEXT://:9092", "Address the broker listens on (from "
+         "oncelog serve --listen)."),
+    _key("advertised.listeners", LS, None, "Address clients are told to connect to (from "
+         "--advertised, else the listener)."),
+    _key("listener.security.protocol.map", T,
+         "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+         "Security protocol of each listener name."),
+    _key("inter.broker.listener.name", T, None, "Listener brokers use between themselves."),
+    _key("auto.create.topics.enable", B, True, "Create a topic when a client first uses it."),
+    _key("num.partitions", INT, 1, "Partition count of auto-created topics.", at_least=1),
+    _key("default.replication.factor", INT, 1, "Replication factor of auto-created topics.",
+         at_least=1),
+    _key("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    _key("log.segment.bytes", INT, 1073741824, "Default segment.bytes.", at_least=14,
+         dynamic=CW),
+    _key("log.roll.ms", L, None, "Default segment.ms.", at_least=1, dynamic=CW),
+    _key("log.roll.hours", INT, 168, "Default segment.ms in hours (if log.roll.ms is unset).",
+         at_least=1),
+    _key("log.roll.jitter.ms", L, None, "Default segment.jitter.ms.", dynamic=CW),
+    _key("log.roll.jitter.hours", INT, 0, "Default segment.jitter.ms in hours.", at_least=0),
+    _key("log.retention.ms", L, None, "Default retention.ms.", at_least=-1, dynamic=CW),
+    _key("log.retention.minutes", INT, None, "Default retention.ms in minutes (if "
+         "log.retention.ms is unset)."),
+    _key("log.retention.hours", INT, 168, "Default retention.ms in hours (if neither "
+         "log.retention.ms nor log.retention.minutes is set)."),
+    _key("log.retention.check.interval.ms", L, 300000, "How often retention runs.",
+         at_least=1),
+    _key("log.flush.interval.ms", L, None, "Default flush.ms.", dynamic=CW),
+    _key("log.flush.scheduler.interval.ms", L, LONG_MAX, "How often the flush policy is "
+         "checked; also the default flush.ms."),
+    _key("socket.request.max.bytes", INT, 104857600, "Largest request accepted.", at_least=1),
+    _key("max.connections", INT, INT_MAX, "Most client connections open at once.",
+         at_least=0, dynamic=CW),
+    _key("connections.max.idle.ms", L, 600000, "Close connections idle this long."),
+    _key("queued.max.requests", INT, 500, "Requests handled at once over all connections.",
+         at_least=1),
+    _key("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.",
+         at_least=1),
+    _key("offsets.topic.replication.factor", S, 3, "Replication of __consumer_offsets "
+         "(1 on one node).", at_least=1),
+    _key("offsets.topic.segment.bytes", INT, 104857600, "segment.bytes of "
+         "__consumer_offsets.", at_least=1),
+    _key("offsets.retention.minutes", INT, 10080, "Keep the offsets of an empty group this "
+         "long.", at_least=1),
+    _key("offset.metadata.max.bytes", INT, 4096, "Largest metadata string of a commit."),
+    _key("group.initial.rebalance.delay.ms", INT, 3000, "Wait for more members before the "
+         "first rebalance of a group."),
+    _key("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout allowed."),
+    _key("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
+    _key("group.max.size", INT, INT_MAX, "Most members a group may have.", at_least=1),
+    _key("producer.id.expiration.ms", INT, 86400000, "Forget a producer id idle this long.",
+         at_least=1),
+    _key("producer.id.expiration.check.interval.ms", INT, 600000, "How often idle producer "
+         "ids are expired.", at_least=1),
+    _key("transaction.state.log.num.partitions", INT, 50, "Partitions of "
+         "__transaction_state.", at_least=1),
+    _key("transaction.state.log.segment.bytes", INT, 104857600, "segment.bytes of "
+         "__transaction_state.", at_least=1),
+    _key("transaction.max.timeout.ms", INT, 900000, "Largest transaction timeout a producer "
+         "may ask for.", at_least=1),
+    _key("transactional.id.expiration.ms", INT, 604800000, "Forget a transactional id idle "
+         "this long.", at_least=1),
+    _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000, "How "
+         "often timed-out transactions are aborted.", at_least=1),
+    _key("transaction.remove.expired.transaction.cleanup.interval.ms", INT, 3600000, "How "
+         "often expired transactional ids are removed.", at_least=1),
+    _key("transaction.two.phase.commit.enable", B, False, "Allow two-phase-commit "
+         "transactions (KIP-939)."),
+]
+
+
+def _broker_synonym(topic_key: ConfigKey, broker_name: str) -> ConfigKey:
+    """The broker default of a topic config: same type and validation, changeable at
+    runtime cluster-wide (Kafka's log configs are)."""
+    return replace(
+        topic_key, name=broker_name, synonyms=(), dynamic=CW,
+        doc=f"Default {topic_key.name} of topics that do not set it.",
+    )
+
+
+def _broker_keys() -> dict[str, ConfigKey]:
+    keys = {k.name: k for k in _BROKER_KEYS}
+    for topic_key in _TOPIC_KEYS:
+        if topic_key.synonyms and topic_key.synonyms[0] not in keys:
+            keys[topic_key.synonyms[0]] = _broker_synonym(topic_key, topic_key.synonyms[0])
+    return dict(sorted(keys.items()))
+
+
+BROKER_KEYS: dict[str, ConfigKey] = _broker_keys()
