@@ -70,6 +70,15 @@ def _true(text: str) -> bool:
     return text.strip().lower() == "true"
 
 
+def _format_and_properties(p: argparse.ArgumentParser, direction: str, whose: str,
+                           known: dict[str, str]) -> None:
+    p.add_argument("--format", choices=FORMATS, default="text", help=f"{direction} format")
+    p.add_argument("--property", type=_property, action="append", default=[],
+                   metavar="KEY=VALUE",
+                   help=f"{whose} property, repeatable: "
+                        + ", ".join(f"{k} (default {v!r})" for k, v in known.items()))
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "produce", help="write lines from stdin to a topic (console producer)",
@@ -81,11 +90,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--topic", required=True, help="topic to write to")
     p.add_argument("--file", type=Path, default=None,
                    help="read this file instead of stdin (default: stdin)")
-    p.add_argument("--format", choices=FORMATS, default="text", help="input format")
-    p.add_argument("--property", type=_property, action="append", default=[],
-                   metavar="KEY=VALUE",
-                   help="kafka-console-producer.sh reader property, repeatable: "
-                        + ", ".join(f"{k} (default {v!r})" for k, v in PRODUCER_PROPERTIES.items()))
+    _format_and_properties(p, "input", "kafka-console-producer.sh reader",
+                           PRODUCER_PROPERTIES)
     p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
                    help="a header added to every record, repeatable (default: none)")
     p.add_argument("--partition", type=int, default=None,
@@ -134,11 +140,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     c.add_argument("--isolation-level", choices=("read_committed", "read_uncommitted"),
                    default="read_committed",
                    help="read_uncommitted also shows open and aborted transactions' records")
-    c.add_argument("--format", choices=FORMATS, default="text", help="output format")
-    c.add_argument("--property", type=_property, action="append", default=[],
-                   metavar="KEY=VALUE",
-                   help="kafka-console-consumer.sh formatter property, repeatable: "
-                        + ", ".join(f"{k} (default {v!r})" for k, v in CONSUMER_PROPERTIES.items()))
+    _format_and_properties(c, "output", "kafka-console-consumer.sh formatter",
+                           CONSUMER_PROPERTIES)
     for field in ("key", "headers", "offset", "partition", "timestamp"):
         c.add_argument(f"--print-{field}", action="store_true",
                        help=f"print each record's {field} (as --property print.{field}=true)")

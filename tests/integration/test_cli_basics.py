@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 
 import oncelog
 from oncelog.cli.main import build_parser
 from oncelog.client import Admin, Producer
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from tests.support.broker import BrokerProcess
+from tests.support.cli import oncelog_cli
 from tests.support.names import unique_topic
 
 BrokerFactory = Callable[..., BrokerProcess]
-
-
-def oncelog_cli(*args: str, module: str = "oncelog") -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=REPO_ROOT, capture_output=True, text=True,
-        timeout=60, check=False,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[

@@ -12,21 +12,9 @@ import sys
 
 from oncelog.client import Admin, Producer
 from tests.support.broker import REPO_ROOT, BrokerProcess
+from tests.support.cli import ok
+from tests.support.cli import oncelog_cli as cli
 from tests.support.names import unique_name, unique_topic
-
-
-def cli(*args: str, stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "oncelog", *args], cwd=REPO_ROOT, input=stdin,
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, (result.stdout, result.stderr)
-    return result.stdout
 
 
 def make_topic(broker: BrokerProcess, partitions: int = 1) -> str:

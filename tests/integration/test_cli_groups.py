@@ -5,27 +5,16 @@ dry run and execute (and refused while the group is active), delete."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from tests.support.broker import BrokerProcess
+from tests.support.cli import ok
+from tests.support.cli import oncelog_cli as cli
 from tests.support.names import unique_name, unique_topic
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "oncelog", *args], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=60, check=False)
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
 
 
 def groups(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return cli("groups", *args, "--bootstrap-server", broker.bootstrap)
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, (result.stdout, result.stderr)
-    return result.stdout
 
 
 def rows(stdout: str) -> list[list[str]]:

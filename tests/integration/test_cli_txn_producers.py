@@ -3,19 +3,10 @@ an idempotent producer and one with an open transaction on the same partition.""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from oncelog.client import Admin, Producer
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from tests.support.broker import BrokerProcess
+from tests.support.cli import oncelog_cli as cli
 from tests.support.names import unique_name, unique_topic
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "oncelog", *args], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=60, check=False)
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
 
 
 def test_txn_producers_lists_each_producer_and_its_open_transaction(
