@@ -2,9 +2,7 @@ package oncelog.harness;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
-import java.lang.reflect.Constructor;
 import java.lang.reflect.Field;
-import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -30,12 +28,10 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.clients.producer.internals.TransactionManager;
-import org.apache.kafka.clients.producer.internals.TransactionalRequestResult;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
-import org.apache.kafka.common.utils.internals.ProducerIdAndEpoch;
 
 /**
  * Exactly-once scenarios driven by the Java client (kafka-clients 4.4), one per mode.
@@ -61,15 +57,17 @@ import org.apache.kafka.common.utils.internals.ProducerIdAndEpoch;
  *     the whole input in one transaction and commits.</li>
  * <li>fence {"transactionalId", "topic"}: two producers with the same transactional.id;
  *     the first one's commit after the second's initTransactions must be fenced.</li>
- * <li>prepare {"transactionalId", "records": [[topic, partition, value]...]}: KIP-939
- *     (transaction.two.phase.commit.enable=true): init, begin, send, prepare, print
- *     {"prepared": state}, then wait (for a SIGKILL) until stdin closes.</li>
- * <li>complete {"transactionalId", "state"}: initTransactions(keepPreparedTxn=true), print
- *     {"recovered": state of the kept transaction}, completeTransaction(state).</li>
+ * <li>open {"transactionalId", "twoPhaseCommit": bool, "records": [[topic, partition,
+ *     value]...]}: init, begin, send, print {"open": id}, then wait (for a SIGKILL) until
+ *     stdin's next line or its end.</li>
+ * <li>states {"states": [text...]}: Kafka's PreparedTxnState(String) of each text, with
+ *     its toString, producerId, epoch and hasTransaction, or the exception's class.</li>
  * </ul>
- * kafka-clients 4.4.0 implements KIP-939 in its TransactionManager but its KafkaProducer does
- * not expose initTransactions(boolean), prepareTransaction() or completeTransaction(); the
- * 2PC modes call the TransactionManager as those methods would (see {@link TwoPhase}).
+ * KIP-939 in kafka-clients 4.4.0: PreparedTxnState and the producer config
+ * transaction.two.phase.commit.enable exist, but KafkaProducer has no
+ * initTransactions(boolean), prepareTransaction() or completeTransaction(), and InitProducerId
+ * v6 (enable2Pc, keepPreparedTxn) is marked latestVersionUnstable, so the client sends v5
+ * without them: it cannot open or recover a two-phase-commit transaction on any broker.
  * Exit code 0 when the mode ran (outcomes are in the output), 1 on an unexpected error.
  */
 public final class TxnClient {
@@ -93,8 +91,8 @@ public final class TxnClient {
             case "consume" -> consume(bootstrap, spec);
             case "ctp" -> consumeTransformProduce(bootstrap, spec);
             case "fence" -> fence(bootstrap, spec);
-            case "prepare" -> prepare(bootstrap, spec);
-            case "complete" -> complete(bootstrap, spec);
+            case "open" -> open(bootstrap, spec);
+            case "states" -> states(spec);
             default -> {
                 System.err.println("TxnClient: unknown mode " + args[0]);
                 System.exit(2);
@@ -170,8 +168,12 @@ public final class TxnClient {
         return offsets;
     }
 
+    /** Whether the producer runs transactions v2 (KIP-890 part 2): kafka-clients decides
+     * from the broker's finalized transaction.version feature; not in its public API. */
     static Object transactionManagerTv2(KafkaProducer<?, ?> producer) throws Exception {
-        return TwoPhase.transactionManager(producer).isTransactionV2Enabled();
+        Field f = KafkaProducer.class.getDeclaredField("transactionManager");
+        f.setAccessible(true);
+        return ((TransactionManager) f.get(producer)).isTransactionV2Enabled();
     }
 
     // -- modes -------------------------------------------------------------------------------
@@ -399,98 +401,36 @@ public final class TxnClient {
         emit("done", true);
     }
 
-    static void prepare(String bootstrap, Map<?, ?> spec) throws Exception {
+    static void open(String bootstrap, Map<?, ?> spec) throws Exception {
         String txnId = String.valueOf(spec.get("transactionalId"));
-        KafkaProducer<String, String> producer = producer(bootstrap, txnId, true);
-        TwoPhase.initTransactions(producer, false);
+        KafkaProducer<String, String> producer = producer(bootstrap, txnId,
+            Boolean.TRUE.equals(spec.get("twoPhaseCommit")));
+        producer.initTransactions();
         producer.beginTransaction();
         List<Object> offsets = sendAll(producer, spec.get("records"));
-        PreparedTxnState state = TwoPhase.prepareTransaction(producer);
-        emit("prepared", state.toString(), "producerId", state.producerId(),
-            "epoch", state.epoch(), "offsets", offsets);
+        emit("open", txnId, "offsets", offsets);
         // Keep the transaction open until the test kills this process (or closes stdin).
         STDIN.readLine();
         emit("done", true);
     }
 
-    static void complete(String bootstrap, Map<?, ?> spec) throws Exception {
-        String txnId = String.valueOf(spec.get("transactionalId"));
-        PreparedTxnState wanted = new PreparedTxnState(String.valueOf(spec.get("state")));
-        try (KafkaProducer<String, String> producer = producer(bootstrap, txnId, true)) {
-            TwoPhase.initTransactions(producer, true);
-            PreparedTxnState kept = TwoPhase.preparedState(producer);
-            emit("recovered", kept == null ? null : kept.toString());
-            boolean commit = TwoPhase.completeTransaction(producer, wanted);
-            emit("completed", commit ? "commit" : "abort");
+    static void states(Map<?, ?> spec) {
+        List<Object> out = new ArrayList<>();
+        for (Object text : (List<?>) spec.get("states")) {
+            Map<String, Object> one = new LinkedHashMap<>();
+            one.put("input", text);
+            try {
+                PreparedTxnState state = new PreparedTxnState((String) text);
+                one.put("string", state.toString());
+                one.put("producerId", state.producerId());
+                one.put("epoch", state.epoch());
+                one.put("hasTransaction", state.hasTransaction());
+            } catch (RuntimeException e) {
+                one.put("error", e.getClass().getSimpleName());
+            }
+            out.add(one);
         }
+        emit("states", out);
         emit("done", true);
-    }
-
-    /**
-     * KIP-939's producer methods, as KafkaProducer implements them where it exposes them:
-     * initTransactions(keepPreparedTxn) initializes through the TransactionManager and wakes
-     * the sender; prepareTransaction() flushes and moves the TransactionManager to
-     * PREPARED_TRANSACTION; completeTransaction(state) commits when state is the prepared
-     * transaction's (producer id and epoch) and aborts otherwise.
-     */
-    static final class TwoPhase {
-        private TwoPhase() {}
-
-        static Object field(KafkaProducer<?, ?> producer, String name) throws Exception {
-            Field f = KafkaProducer.class.getDeclaredField(name);
-            f.setAccessible(true);
-            return f.get(producer);
-        }
-
-        static TransactionManager transactionManager(KafkaProducer<?, ?> producer)
-                throws Exception {
-            return (TransactionManager) field(producer, "transactionManager");
-        }
-
-        static void initTransactions(KafkaProducer<?, ?> producer, boolean keepPreparedTxn)
-                throws Exception {
-            TransactionManager tm = transactionManager(producer);
-            TransactionalRequestResult result = tm.initializeTransactions(keepPreparedTxn);
-            Method wakeup = field(producer, "sender").getClass().getMethod("wakeup");
-            wakeup.invoke(field(producer, "sender"));
-            result.await((Long) field(producer, "maxBlockTimeMs"), TimeUnit.MILLISECONDS,
-                "initTransactions");
-            tm.maybeUpdateTransactionV2Enabled(true);
-        }
-
-        static PreparedTxnState state(ProducerIdAndEpoch ids) throws Exception {
-            Constructor<PreparedTxnState> c =
-                PreparedTxnState.class.getDeclaredConstructor(long.class, short.class);
-            c.setAccessible(true);
-            return c.newInstance(ids.producerId, ids.epoch);
-        }
-
-        static PreparedTxnState prepareTransaction(KafkaProducer<?, ?> producer)
-                throws Exception {
-            producer.flush();
-            TransactionManager tm = transactionManager(producer);
-            tm.prepareTransaction();
-            return state(tm.preparedTransactionState());
-        }
-
-        static PreparedTxnState preparedState(KafkaProducer<?, ?> producer) throws Exception {
-            TransactionManager tm = transactionManager(producer);
-            return tm.isPrepared() ? state(tm.preparedTransactionState()) : null;
-        }
-
-        static boolean completeTransaction(KafkaProducer<?, ?> producer, PreparedTxnState wanted)
-                throws Exception {
-            PreparedTxnState kept = preparedState(producer);
-            if (kept == null) {
-                throw new IllegalStateException("no prepared transaction to complete");
-            }
-            boolean commit = kept.equals(wanted);
-            if (commit) {
-                producer.commitTransaction();
-            } else {
-                producer.abortTransaction();
-            }
-            return commit;
-        }
     }
 }
