@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.support.broker import BrokerProcess
 from tests.support.kafka import ReferenceKafkaMissing, harness_argv, require_reference, run_harness
 
 
@@ -22,6 +24,22 @@ def need_reference() -> None:
         require_reference()
     except ReferenceKafkaMissing as exc:
         pytest.fail(f"reference Kafka unavailable: {exc}", pytrace=False)
+
+
+TWO_PC = {"transaction.two.phase.commit.enable": "true"}
+NO_TIMEOUT_MS = 2**31 - 1  # how a 2PC transaction is described (it never times out)
+
+
+def two_pc_broker(tmp_path_factory: pytest.TempPathFactory, name: str
+                  ) -> Iterator[BrokerProcess]:
+    """The body of a module-scoped fixture: one broker that allows two-phase commit."""
+    need_reference()
+    broker = BrokerProcess(tmp_path_factory.mktemp(name) / "data", configs=TWO_PC)
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.kill()
 
 
 def parse_lines(stdout: str) -> list[dict[str, Any]]:

@@ -17,7 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from java_txn import TxnClientProcess, line_with, need_reference, run_txn_client
+from java_txn import (
+    NO_TIMEOUT_MS,
+    TxnClientProcess,
+    line_with,
+    run_txn_client,
+    two_pc_broker,
+)
 
 from oncelog.client import Admin, PreparedTxnState, Producer
 from tests.support.broker import BrokerProcess
@@ -25,19 +31,9 @@ from tests.support.names import unique_name, unique_topic
 
 pytestmark = pytest.mark.integration
 
-TWO_PC = {"transaction.two.phase.commit.enable": "true"}
-NO_TIMEOUT_MS = 2**31 - 1  # how a 2PC transaction is described (it never times out)
-
-
 @pytest.fixture(scope="module")
 def tpc_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    need_reference()
-    broker = BrokerProcess(tmp_path_factory.mktemp("java-2pc") / "data", configs=TWO_PC)
-    try:
-        broker.start()
-        yield broker
-    finally:
-        broker.kill()
+    yield from two_pc_broker(tmp_path_factory, "java-2pc")
 
 
 def test_java_4_4_with_two_phase_commit_config_opens_an_ordinary_transaction(

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from java_txn import need_reference
+from java_txn import NO_TIMEOUT_MS, two_pc_broker
 
 from oncelog.client import Admin, Producer
 from tests.support.broker import BrokerProcess
@@ -21,19 +21,9 @@ from tests.support.names import unique_name, unique_topic
 
 pytestmark = pytest.mark.integration
 
-TWO_PC = {"transaction.two.phase.commit.enable": "true"}
-NO_TIMEOUT_MS = 2**31 - 1
-
-
 @pytest.fixture(scope="module")
 def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    need_reference()
-    broker = BrokerProcess(tmp_path_factory.mktemp("java-admin") / "data", configs=TWO_PC)
-    try:
-        broker.start()
-        yield broker
-    finally:
-        broker.kill()
+    yield from two_pc_broker(tmp_path_factory, "java-admin")
 
 
 def admin_probe(bootstrap: str, *operations: dict[str, Any]) -> list[dict[str, Any]]:
