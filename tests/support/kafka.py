@@ -28,6 +28,8 @@ from tests.support.net import LOOPBACK, free_port, wait_for_port
 from tests.support.process import ServerProcess, ServerStartError, ServerStopError
 
 KAFKA_VERSION = "4.4.0"
+# kafka-tools (TransactionsCommand, ...): 4.4.0 is not on Maven Central here, 4.3.1 is.
+KAFKA_TOOLS_VERSION = "4.3.1"
 REPO = Path(__file__).resolve().parents[2]
 READY = re.compile(r"\[KafkaRaftServer nodeId=(\d+)\] Kafka Server started")
 LOG4J2_CONFIG = REPO / "tests" / "java" / "broker" / "log4j2.properties"
@@ -114,6 +116,29 @@ def harness_classpath() -> str:
     return _classpath(harness / "libs", first=[jar])
 
 
+def tools_classpath() -> str:
+    """kafka-tools and its runtime dependencies (tests/java/tools), built by fetch_kafka.sh."""
+    return _classpath(cache_dir() / f"tools-{KAFKA_TOOLS_VERSION}" / "libs")
+
+
+def run_kafka_tool(
+    main_class: str, *args: str, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run one of Kafka's own tools (``org.apache.kafka.tools.<main_class>``, kafka-tools
+    4.3.1) as its shell script would, and wait for it."""
+    argv = [str(java_binary()), *HARNESS_JVM_OPTS, "-cp", tools_classpath(),
+            f"org.apache.kafka.tools.{main_class}", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                          stdin=subprocess.DEVNULL)
+
+
+def harness_argv(main_class: str, *args: str) -> list[str]:
+    """The command line of ``oncelog.harness.<main_class>`` (for tests that start it
+    themselves, e.g. to kill it)."""
+    return [str(java_binary()), *HARNESS_JVM_OPTS, "-cp", harness_classpath(),
+            f"oncelog.harness.{main_class}", *args]
+
+
 def require_reference() -> None:
     """Raise ``ReferenceKafkaMissing`` unless Java, the broker and the harness are there."""
     java_binary()
@@ -126,10 +151,9 @@ def run_harness(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``oncelog.harness.<main_class>`` with kafka-clients 4.4 (``input`` on its stdin)
     and wait for it."""
-    argv = [str(java_binary()), *HARNESS_JVM_OPTS, "-cp", harness_classpath(),
-            f"oncelog.harness.{main_class}", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                          input=input, stdin=None if input is not None else subprocess.DEVNULL)
+    return subprocess.run(harness_argv(main_class, *args), capture_output=True, text=True,
+                          timeout=timeout, check=False, input=input,
+                          stdin=None if input is not None else subprocess.DEVNULL)
 
 
 def describe(jvm_opts: Sequence[str] = BROKER_JVM_OPTS) -> str:
