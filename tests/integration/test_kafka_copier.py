@@ -102,8 +102,11 @@ def _when_copied(copiers: list[JavaClient], inputs: dict[int, list[str]],
     def wait() -> None:
         for partition, copier in enumerate(copiers):
             want = int(len(inputs[partition]) * fraction)
-            copier.wait_for(lambda lines, c=copier, w=want: _processed(c) >= w, 120,
-                            f"{want} messages copied")
+
+            def copied(lines: list[Json], copier: JavaClient = copier, want: int = want) -> bool:
+                return _processed(copier) >= want
+
+            copier.wait_for(copied, 120, f"{want} messages copied")
     return wait
 
 
