@@ -23,7 +23,6 @@ checked per (partition, offset).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from txn_clients import ConfluentTxnClient
@@ -97,17 +96,16 @@ def _processed(copier: JavaClient) -> int:
     return max((int(line.get("totalProcessed", 0)) for line in copier.snapshot()), default=0)
 
 
-def _when_copied(copiers: list[JavaClient], inputs: dict[int, list[str]],
-                 fraction: float) -> Callable[[], None]:
-    def wait() -> None:
-        for partition, copier in enumerate(copiers):
-            want = int(len(inputs[partition]) * fraction)
+def _wait_copied(copiers: list[JavaClient], inputs: dict[int, list[str]],
+                 fraction: float) -> None:
+    """Wait until each copier has committed ``fraction`` of its input partition."""
+    for partition, copier in enumerate(copiers):
+        want = int(len(inputs[partition]) * fraction)
 
-            def copied(lines: list[Json], copier: JavaClient = copier, want: int = want) -> bool:
-                return _processed(copier) >= want
+        def copied(lines: list[Json], copier: JavaClient = copier, want: int = want) -> bool:
+            return _processed(copier) >= want
 
-            copier.wait_for(copied, 120, f"{want} messages copied")
-    return wait
+        copier.wait_for(copied, 120, f"{want} messages copied")
 
 
 def test_transactional_message_copier_survives_broker_bounces(
@@ -136,10 +134,10 @@ def test_transactional_message_copier_survives_broker_bounces(
     # Unlimited: a record delivered twice (a lost offset commit) must not end it early.
     concurrent = _consumer(broker.bootstrap, sink, tmp_path, "concurrent", -1)
 
-    _when_copied(copiers, inputs, 0.2)()
+    _wait_copied(copiers, inputs, 0.2)
     assert all(c.returncode is None for c in copiers), "the copy ended before the first bounce"
     broker.restart(kill=True)
-    _when_copied(copiers, inputs, 0.5)()
+    _wait_copied(copiers, inputs, 0.5)
     assert all(c.returncode is None for c in copiers), "the copy ended before the second bounce"
     broker.restart(kill=False)
 

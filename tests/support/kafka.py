@@ -231,9 +231,12 @@ class JavaClient:
         return code
 
     def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM and wait; the JVM's 143 (128 + SIGTERM, after its shutdown hooks ran) is
+        a clean stop and returned as 0, as ``KafkaProcess.stop`` does."""
         if self._proc.poll() is None:
             self._proc.terminate()
-        return self.wait(timeout)
+        code = self.wait(timeout)
+        return 0 if code == _SIGTERM_EXIT else code
 
     def kill(self) -> int:
         if self._proc.poll() is None:
