@@ -22,7 +22,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from txn_clients import ConfluentTxnClient
 
 from tests.support.broker import BrokerProcess
@@ -56,18 +56,33 @@ def _produce(bootstrap: str, topic: str, numbers: range, *, chunk: int | None = 
     between chunks (pacing: input keeps arriving while the app is killed and restarted)."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 5})
-    errors: list[object] = []
+    errors: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, msg: Message[bytes, bytes]) -> None:
+        if err is not None:
+            errors.append(err)
+
     step = chunk or len(numbers)
     for start in range(numbers.start, numbers.stop, step):
         for i in range(start, min(start + step, numbers.stop)):
             producer.produce(topic, key=_account(i).encode(), value=str(_amount(i)).encode(),
-                             on_delivery=lambda err, msg: err is not None and errors.append(err))
+                             on_delivery=on_delivery)
         assert producer.flush(30) == 0 and errors == []
         time.sleep(pause)
 
 
 def _running(app: JavaClient, since: int) -> None:
     app.wait_for(lambda lines: {"state": "RUNNING"} in lines[since:], 120, "state RUNNING")
+
+
+def _purged(bootstrap: str, topic: str) -> int:
+    """Records Streams deleted (DeleteRecords) from the start of ``topic``'s partitions."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0]
+                   for p in range(PARTITIONS))
+    finally:
+        consumer.close()
 
 
 def _committed_output(client: ConfluentTxnClient, topic: str) -> int:
@@ -114,6 +129,11 @@ def test_streams_exactly_once_v2_survives_broker_and_app_kills(
         output = client.read(sink, PARTITIONS, committed=True, expect=RECORDS,
                              timeout=120, settle=1.0)
         errors += [line for line in app.snapshot() if "error" in line]
+        # Streams purges what it consumed from its repartition topic (repartition.purge.
+        # interval.ms is 1 s in RunningTotals) with DeleteRecords.
+        repartition = f"{app_args[1]}-by-group-repartition"
+        app.wait_for(lambda lines: _purged(broker.bootstrap, repartition) > 0, 60,
+                     f"DeleteRecords on {repartition}")
         assert app.stop() == 0, app.log_tail()
     finally:
         if app is not None:

@@ -65,6 +65,9 @@ public final class RunningTotals {
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+        // Purge the repartition topic (DeleteRecords) every second rather than every 30 s,
+        // so that a short run exercises it.
+        props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, 1000);
         // A killed instance leaves its member in the group until the session expires: keep
         // it short (the broker's group.min.session.timeout.ms is 6 s) so the restart is quick.
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
