@@ -34,7 +34,8 @@ from tests.support.names import unique_group, unique_name, unique_topic
 TOOLS = "org.apache.kafka.tools."
 PARTITIONS = 2
 MESSAGES = 3000
-TRANSACTION_SIZE = 25
+# Small transactions: about 150 per copier, so that the bounces fall inside the copy.
+TRANSACTION_SIZE = 10
 # Kafka's system test: the transaction timeout is above the request timeout (a bounced
 # broker may hold a Produce response that long) and below the progress timeout.
 TRANSACTION_TIMEOUT_MS = 40_000
@@ -134,10 +135,10 @@ def test_transactional_message_copier_survives_broker_bounces(
     # Unlimited: a record delivered twice (a lost offset commit) must not end it early.
     concurrent = _consumer(broker.bootstrap, sink, tmp_path, "concurrent", -1)
 
-    _wait_copied(copiers, inputs, 0.2)
+    _wait_copied(copiers, inputs, 0.15)
     assert all(c.returncode is None for c in copiers), "the copy ended before the first bounce"
     broker.restart(kill=True)
-    _wait_copied(copiers, inputs, 0.5)
+    _wait_copied(copiers, inputs, 0.4)
     assert all(c.returncode is None for c in copiers), "the copy ended before the second bounce"
     broker.restart(kill=False)
 

@@ -115,25 +115,23 @@ def broker_classpath() -> str:
     return _classpath(cache_dir() / f"kafka-{KAFKA_VERSION}" / "libs")
 
 
-def harness_classpath() -> str:
-    harness = cache_dir() / f"harness-{KAFKA_VERSION}"
-    jar = harness / "oncelog-harness.jar"
+def _module_classpath(directory: str, jar_name: str, what: str) -> str:
+    """A built module of tests/java: its jar first, then the libs/ copied next to it."""
+    module = cache_dir() / directory
+    jar = module / jar_name
     if not jar.is_file():
-        raise ReferenceKafkaMissing(
-            f"the Java harness is not built ({jar} is missing): run `make reference`"
-        )
-    return _classpath(harness / "libs", first=[jar])
+        raise ReferenceKafkaMissing(f"{what} is not built ({jar} is missing): run `make reference`")
+    return _classpath(module / "libs", first=[jar])
+
+
+def harness_classpath() -> str:
+    return _module_classpath(f"harness-{KAFKA_VERSION}", "oncelog-harness.jar", "the Java harness")
 
 
 def streams_classpath() -> str:
     """The streams module: oncelog-streams.jar, Kafka Streams and kafka-tools 4.3.1."""
-    streams = cache_dir() / f"streams-{STREAMS_VERSION}"
-    jar = streams / "oncelog-streams.jar"
-    if not jar.is_file():
-        raise ReferenceKafkaMissing(
-            f"the Kafka Streams module is not built ({jar} is missing): run `make reference`"
-        )
-    return _classpath(streams / "libs", first=[jar])
+    return _module_classpath(f"streams-{STREAMS_VERSION}", "oncelog-streams.jar",
+                             "the Kafka Streams module")
 
 
 def require_reference() -> None:
