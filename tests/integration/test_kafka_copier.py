@@ -23,6 +23,7 @@ checked per (partition, offset).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from txn_clients import ConfluentTxnClient
@@ -40,6 +41,7 @@ TRANSACTION_SIZE = 10
 # broker may hold a Produce response that long) and below the progress timeout.
 TRANSACTION_TIMEOUT_MS = 40_000
 
+PROBLEM = re.compile(r"^\S+ \S+ (WARNING|ERROR) ")
 Offsets = dict[tuple[int, int], str]  # (partition, offset) -> value
 
 
@@ -159,3 +161,6 @@ def test_transactional_message_copier_survives_broker_bounces(
     # The concurrent consumer saw only what is committed, and all of it.
     committed: Offsets = {(r["partition"], r["offset"]): r["value"] for r in read}
     assert _consumed(concurrent) == committed
+    # The broker refused nothing (refusals and failed requests are logged at WARNING/ERROR).
+    problems = [line for line in broker.log_text().splitlines() if PROBLEM.match(line)]
+    assert problems == [], problems[:10]
