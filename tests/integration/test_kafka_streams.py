@@ -72,8 +72,8 @@ def _produce(bootstrap: str, topic: str, numbers: range, *, chunk: int | None = 
         time.sleep(pause)
 
 
-def _running(app: JavaClient, since: int) -> None:
-    app.wait_for(lambda lines: {"state": "RUNNING"} in lines[since:], 120, "state RUNNING")
+def _running(app: JavaClient) -> None:
+    app.wait_for(lambda lines: {"state": "RUNNING"} in lines, 120, "state RUNNING")
 
 
 def _purged(bootstrap: str, topic: str) -> int:
@@ -114,7 +114,7 @@ def test_streams_exactly_once_v2_survives_broker_and_app_kills(
         feeder.start()
         app = JavaClient("oncelog.streams.RunningTotals", *app_args,
                          log_path=tmp_path / "streams.log")
-        _running(app, 0)
+        _running(app)
         _wait_output(client, sink, RECORDS // 5, app)
         assert feeder.is_alive(), "the input was all written before the broker's kill"
         broker.restart(kill=True)
@@ -125,8 +125,9 @@ def test_streams_exactly_once_v2_survives_broker_and_app_kills(
 
         app = JavaClient("oncelog.streams.RunningTotals", *app_args,
                          log_path=tmp_path / "streams.log")
-        _running(app, 0)
+        _running(app)
         feeder.join(60)
+        assert not feeder.is_alive(), "the input was not all written within 60 s"
         output = client.read(sink, PARTITIONS, committed=True, expect=RECORDS,
                              timeout=120, settle=1.0)
         errors += [line for line in app.snapshot() if "error" in line]
