@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint bench clean reference js
+.PHONY: serve test test-fast lint bench clean reference js browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,20 @@ $(JS_STAMP): tests/js/package.json tests/js/package-lock.json
 
 js: $(JS_STAMP)
 
-test: $(TEST_STAMP) lint reference js
+# Debian's chromium for the transactions console's browser test (tests/integration/
+# test_ui_browser.py drives it headless over the DevTools protocol). Installed only when
+# missing; the package lists are refreshed only when apt does not know the package.
+browser:
+	@test -x /usr/bin/chromium || { \
+		apt-cache show chromium >/dev/null 2>&1 || apt-get update; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
+
+test: $(TEST_STAMP) lint reference js browser
 	$(VENV)/bin/pytest -q tests
+
+# For development: lint and the unit tests only (no broker processes, no Java), under a minute.
+test-fast: $(TEST_STAMP) lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
 
 bench: $(TEST_STAMP) reference
 	$(PY) -m pip install --quiet -e '.[bench]'

@@ -1,6 +1,7 @@
 """The broker: wires storage, coordinators and the server, and owns every background task.
 
-Start-up order: bind every listener (the metrics endpoint included), so that a busy port
+Start-up order: bind every listener (the metrics endpoint and the transactions console
+(``--ui``) included), so that a busy port
 fails before the data directory is touched; lock the data directory (one broker per
 directory); read meta.properties; load topics (recovering logs), create internal topics,
 load the group coordinator from ``__consumer_offsets``; start accepting; then announce
@@ -34,6 +35,7 @@ from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from oncelog.ui.server import Console, bind_console, serve_console
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +50,11 @@ class Broker:
         advertised: tuple[str, int] | None = None,
         clock: Clock | None = None,
         metrics_listen: tuple[str, int] | None = None,
+        ui_listen: tuple[str, int] | None = None,
     ) -> None:
         self.config = config
         self.metrics_listen = metrics_listen  # HOST, PORT of GET /metrics; None: off
+        self.ui_listen = ui_listen  # HOST, PORT of the transactions console; None: off
         self.clock: Clock = clock or SystemClock()
         self.data_dir = data_dir
         self.node_id = int(config["node.id"])
@@ -132,12 +136,27 @@ class Broker:
         metrics_server = None
         if self.metrics_listen is not None:
             metrics_server = await bind_metrics(*self.metrics_listen, self._scrape)
+        console = await self._bind_console()
         self._lock.acquire()
         try:
             self._start_storage()
-            await self._serve(on_ready, metrics_server)
+            await self._serve(on_ready, metrics_server, console)
         finally:
             self._lock.release()
+
+    async def _bind_console(self) -> tuple[asyncio.Server, Console] | None:
+        """Bind the transactions console (oncelog.ui), a Kafka client of our own listener."""
+        if self.ui_listen is None:
+            return None
+        host = self.listen_host if self.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        console = Console(f"{host}:{self.server.port}",
+                          max_timeout_ms=int(self.config["transaction.max.timeout.ms"]))
+        try:
+            return await bind_console(*self.ui_listen, console), console
+        except OSError as exc:
+            raise OSError(exc.errno, f"the console address {self.ui_listen[0]}:"
+                                     f"{self.ui_listen[1]} cannot be bound: {exc.strerror}"
+                          ) from exc
 
     def _scrape(self) -> str:
         if self.services is None:
@@ -145,7 +164,10 @@ class Broker:
         return scraper(self.services)()
 
     async def _serve(
-        self, on_ready: Callable[[str, int], None] | None, metrics_server: asyncio.Server | None
+        self,
+        on_ready: Callable[[str, int], None] | None,
+        metrics_server: asyncio.Server | None,
+        console: tuple[asyncio.Server, Console] | None = None,
     ) -> None:
         assert self.services is not None
         await self.server.start(self.services)
@@ -167,6 +189,8 @@ class Broker:
                 )
                 if metrics_server is not None:
                     tasks.create_task(serve_metrics(metrics_server), name="metrics")
+                if console is not None:
+                    tasks.create_task(serve_console(*console), name="console")
                 if on_ready is not None:
                     on_ready(self.listen_host, self.server.port)
                 log.info("broker %d serving on %s:%d (advertised %s:%d), cluster %s",

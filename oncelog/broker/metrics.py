@@ -16,7 +16,6 @@ Names follow Kafka's meaning with a ``oncelog_`` prefix; ages and durations are 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterable
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.coordinator.transaction.state import TransactionState
 from oncelog.errors import ErrorCode
+from oncelog.http_exchange import answer_once
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -266,19 +266,10 @@ def answer(request_head: bytes, scrape: Callable[[], str]) -> bytes:
 async def _handle(
     scrape: Callable[[], str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
-    peer = writer.get_extra_info("peername")
-    try:
-        async with asyncio.timeout(_REQUEST_TIMEOUT_S):
-            head = await reader.readuntil(b"\r\n\r\n")
-            writer.write(answer(head, scrape))
-            await writer.drain()
-    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-            ConnectionError) as exc:
-        log.debug("metrics request from %s dropped: %r", peer, exc)
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
+    async def respond(reader: asyncio.StreamReader) -> bytes:
+        return answer(await reader.readuntil(b"\r\n\r\n"), scrape)
+
+    await answer_once(reader, writer, respond, what="metrics", timeout_s=_REQUEST_TIMEOUT_S)
 
 
 def scraper(services: BrokerContext) -> Callable[[], str]:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import defaultdict
-from collections.abc import Sequence
 
 from oncelog.cli.common import (
     CommandError,
@@ -31,7 +29,7 @@ from oncelog.cli.common import (
     run_command,
 )
 from oncelog.client import Admin, TopicPartition
-from oncelog.client.aio.admin import ProducerState, TransactionDescription
+from oncelog.client.aio.admin import TransactionDescription
 from oncelog.client.errors import KafkaClientError
 from oncelog.errors import ErrorCode
 
@@ -42,6 +40,8 @@ DESCRIBE_HEADERS = (
     "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
     "TopicPartitions", "TwoPhaseCommit",
 )
+PRODUCERS_HEADERS = ("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+                     "LastTimestamp", "CurrentTransactionStartOffset")
 HANGING_HEADERS = (
     "Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
     "LastTimestamp", "Duration(min)",
@@ -49,7 +49,6 @@ HANGING_HEADERS = (
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
           "CompleteAbort", "Dead", "PrepareEpochFence")
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
-DESCRIBE_PRODUCERS_BATCH = 500
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,14 +86,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     p = commands.add_parser("abort", parents=[conn],
                             help="abort a hanging transaction on one partition")
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--topic", required=True, help="topic of the hanging transaction")
+    p.add_argument("--partition", type=int, required=True,
+                   help="partition of the hanging transaction")
     p.add_argument("--start-offset", type=int, default=None,
                    help="first offset of the transaction to abort (finds the rest)")
-    p.add_argument("--producer-id", type=int, default=None)
-    p.add_argument("--producer-epoch", type=int, default=None)
-    p.add_argument("--coordinator-epoch", type=int, default=None)
+    p.add_argument("--producer-id", type=int, default=None,
+                   help="producer of the transaction (instead of --start-offset)")
+    p.add_argument("--producer-epoch", type=int, default=None,
+                   help="its epoch (with --producer-id)")
+    p.add_argument("--coordinator-epoch", type=int, default=None,
+                   help="its coordinator epoch (with --producer-id)")
     p.set_defaults(handler=cmd_abort)
+
+    p = commands.add_parser(
+        "producers", parents=[conn], aliases=["describe-producers"],
+        help="the active producers of one partition (DescribeProducers)",
+    )
+    p.add_argument("--topic", required=True, help="topic of the partition")
+    p.add_argument("--partition", type=int, required=True, help="the partition")
+    p.set_defaults(handler=cmd_producers)
 
     p = commands.add_parser(
         "force-terminate", parents=[conn],
@@ -210,54 +221,18 @@ def cmd_find_hanging(args: argparse.Namespace) -> int:
     max_timeout_ms = max(0, args.max_transaction_timeout) * 60_000
     with open_admin(args) as admin:
         partitions = _partitions_to_search(admin, args.topic, args.partition, args.broker_id)
-        # 1. Open transactions on the partitions that have been idle longer than any
-        #    transaction may run.
         now = int(time.time() * 1000)
-        candidates: list[tuple[TopicPartition, ProducerState]] = []
-        for start in range(0, len(partitions), DESCRIBE_PRODUCERS_BATCH):
-            batch = partitions[start:start + DESCRIBE_PRODUCERS_BATCH]
-            for tp, producers in sorted(admin.describe_producers(batch).items()):
-                for p in producers:
-                    if p.current_txn_start_offset >= 0 and now - p.last_timestamp > max_timeout_ms:
-                        candidates.append((tp, p))
-        # 2. Whose coordinator no longer expects to write a marker there.
-        hanging = _not_expected_by_coordinator(admin, candidates) if candidates else []
+        hanging = admin.find_hanging_transactions(
+            partitions, max_timeout_ms=max_timeout_ms, now_ms=now
+        )
     print_table(HANGING_HEADERS, [
-        (tp.topic, tp.partition, p.producer_id, p.producer_epoch, p.coordinator_epoch,
-         p.current_txn_start_offset, p.last_timestamp, (now - p.last_timestamp) // 60_000)
-        for tp, p in hanging
+        (h.partition.topic, h.partition.partition, h.producer.producer_id,
+         h.producer.producer_epoch, h.producer.coordinator_epoch,
+         h.producer.current_txn_start_offset, h.producer.last_timestamp,
+         h.idle_ms(now) // 60_000)
+        for h in hanging
     ])
     return 0
-
-
-def _not_expected_by_coordinator(
-    admin: Admin, candidates: Sequence[tuple[TopicPartition, ProducerState]]
-) -> list[tuple[TopicPartition, ProducerState]]:
-    by_producer: dict[int, list[tuple[TopicPartition, ProducerState]]] = defaultdict(list)
-    for tp, p in candidates:
-        by_producer[p.producer_id].append((tp, p))
-    ids = {
-        t.producer_id: t.transactional_id
-        for t in admin.list_transactions(producer_ids=sorted(by_producer))
-        if t.producer_id in by_producer
-    }
-    hanging = []
-    for producer_id, open_txns in sorted(by_producer.items()):
-        txn_id = ids.get(producer_id)
-        description = None
-        if txn_id is not None:
-            try:
-                description = admin.describe_transactions([txn_id])[txn_id]
-            except KafkaClientError as exc:
-                if exc.code is not ErrorCode.transactional_id_not_found:
-                    raise
-        for tp, p in open_txns:
-            # DescribeTransactions lists the partitions of an ongoing transaction, and those
-            # still waiting for their marker while PrepareCommit/PrepareAbort: the
-            # coordinator will finish those. Anything else is hanging.
-            if description is None or tp not in description.partitions:
-                hanging.append((tp, p))
-    return hanging
 
 
 # ------------------------------------------------------------------------------ abort
@@ -310,6 +285,23 @@ def _by_start_offset(admin: Admin, tp: TopicPartition, start_offset: int) -> tup
     raise CommandError(
         f"no open transaction starts at offset {start_offset} on {tp.topic}-{tp.partition}"
     )
+
+
+# ------------------------------------------------------------------------------ producers
+
+def cmd_producers(args: argparse.Namespace) -> int:
+    """kafka-transactions.sh describe-producers: each producer the partition remembers; an
+    open transaction shows where it starts (-1: none)."""
+    tp = TopicPartition(args.topic, args.partition)
+    with open_admin(args) as admin:
+        _partitions_to_search(admin, args.topic, args.partition, None)
+        producers = admin.describe_producers([tp])[tp]
+    print_table(PRODUCERS_HEADERS, [
+        (p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+         p.last_timestamp, p.current_txn_start_offset)
+        for p in sorted(producers, key=lambda p: p.producer_id)
+    ])
+    return 0
 
 
 # ------------------------------------------------------------------------------ force-terminate

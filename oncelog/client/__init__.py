@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from oncelog.client._loop import LoopThread
+from oncelog.client.admin_views import HangingTransaction, find_hanging_transactions
 from oncelog.client.aio.admin import (
     AIOAdmin,
     ClusterDescription,
@@ -45,6 +46,14 @@ from oncelog.client.config import ClientConfig
 from oncelog.client.errors import IllegalStateError, KafkaClientError
 from oncelog.client.txn_state import TxnState
 from oncelog.client.types import (
+    AlterConfigOp,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSource,
+    ConfigSynonym,
+    ConfigType,
     ConsumerGroupMetadata,
     Message,
     OffsetAndMetadata,
@@ -55,6 +64,14 @@ from oncelog.client.types import (
 
 __all__ = [
     "Admin",
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigResourceType",
+    "ConfigSource",
+    "ConfigSynonym",
+    "ConfigType",
     "Consumer",
     "ConsumerGroupMetadata",
     "KafkaClientError",
@@ -496,6 +513,14 @@ class Admin:
     ) -> dict[TopicPartition, list[ProducerState]]:
         return dict(self._run(self._core.describe_producers(list(partitions))))
 
+    def find_hanging_transactions(
+        self, partitions: Sequence[TopicPartition], *, max_timeout_ms: int, now_ms: int
+    ) -> list[HangingTransaction]:
+        """Transactions open on ``partitions`` that no coordinator will finish
+        (``oncelog.client.admin_views``)."""
+        return list(self._run(find_hanging_transactions(
+            self._core, list(partitions), max_timeout_ms=max_timeout_ms, now_ms=now_ms)))
+
     def delete_records(
         self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int = 30000
     ) -> dict[TopicPartition, int]:
@@ -510,6 +535,34 @@ class Admin:
         return dict(
             self._run(self._core.delete_consumer_group_offsets(group_id, list(partitions)))
         )
+
+    def describe_configs(
+        self,
+        resources: Iterable[ConfigResource],
+        *,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Every config of each resource: name -> ConfigEntry (value, source, type...)."""
+        return dict(self._run(self._core.describe_configs(
+            list(resources), include_synonyms=include_synonyms,
+            include_documentation=include_documentation,
+        )))
+
+    def alter_configs(
+        self, configs: Mapping[ConfigResource, Mapping[str, str]], *, validate_only: bool = False
+    ) -> dict[ConfigResource, KafkaClientError | None]:
+        """Replace each resource's overrides (legacy AlterConfigs); each one's error or None."""
+        return dict(self._run(self._core.alter_configs(configs, validate_only=validate_only)))
+
+    def incremental_alter_configs(
+        self, ops: Mapping[ConfigResource, Sequence[AlterConfigOp]], *,
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, KafkaClientError | None]:
+        """SET / DELETE / APPEND / SUBTRACT single configs; each resource's error or None."""
+        return dict(self._run(
+            self._core.incremental_alter_configs(ops, validate_only=validate_only)
+        ))
 
     def force_terminate_transaction(self, transactional_id: str) -> None:
         """KIP-939 forceTerminateTransaction: abort the ongoing (even prepared) transaction."""

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from oncelog.config import ConfigSource, ConfigType
+
 __all__ = [
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigResourceType",
+    "ConfigSource",
+    "ConfigSynonym",
+    "ConfigType",
     "ConsumerGroupMetadata",
     "Message",
     "OffsetAndMetadata",
@@ -118,3 +129,75 @@ class PreparedTxnState:
 
     def __hash__(self) -> int:
         return hash((self.producer_id, self.epoch))
+
+
+# -- configs (DescribeConfigs / AlterConfigs / IncrementalAlterConfigs) --------------------
+class ConfigResourceType(enum.IntEnum):
+    """The kinds of resource that have configs, numbered as the protocol numbers them."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+class ConfigResource(NamedTuple):
+    """A topic (by name) or a broker (by node id as text; ``""`` is the cluster-wide
+    default of every broker)."""
+
+    type: ConfigResourceType
+    name: str
+
+    @classmethod
+    def topic(cls, name: str) -> ConfigResource:
+        return cls(ConfigResourceType.TOPIC, name)
+
+    @classmethod
+    def broker(cls, node_id: int | None = None) -> ConfigResource:
+        """Broker ``node_id``'s configs; None: the cluster-wide broker default."""
+        return cls(ConfigResourceType.BROKER, "" if node_id is None else str(node_id))
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    """One layer a config's value could come from, the one in effect first."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config as DescribeConfigs answers it. ``value`` is None for sensitive configs;
+    ``synonyms`` and ``documentation`` are empty / None unless they were asked for, and
+    ``type`` is UNKNOWN from brokers that predate DescribeConfigs v3."""
+
+    name: str
+    value: str | None
+    source: ConfigSource = ConfigSource.UNKNOWN
+    is_read_only: bool = False
+    is_sensitive: bool = False
+    synonyms: tuple[ConfigSynonym, ...] = ()
+    type: ConfigType = ConfigType.UNKNOWN
+    documentation: str | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == ConfigSource.DEFAULT_CONFIG
+
+
+class AlterConfigOpType(enum.IntEnum):
+    """IncrementalAlterConfigs' operations. APPEND and SUBTRACT apply to list configs."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigOp:
+    """One change of an incremental alteration (``value`` is ignored by DELETE)."""
+
+    name: str
+    value: str | None = None
+    op: AlterConfigOpType = AlterConfigOpType.SET

@@ -46,6 +46,7 @@ CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     api.METADATA: (1, 12),
     api.OFFSET_COMMIT: (2, 8),
     api.OFFSET_FETCH: (1, 8),
+    api.LIST_GROUPS: (0, 5),
     api.FIND_COORDINATOR: (0, 6),
     api.JOIN_GROUP: (0, 9),
     api.HEARTBEAT: (0, 4),
@@ -71,6 +72,10 @@ CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     api.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     api.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     api.DESCRIBE_CLUSTER: (0, 1),
+    # configs (oncelog.client.aio.admin); DescribeConfigs v1 is the first with synonyms
+    api.DESCRIBE_CONFIGS: (1, 4),
+    api.ALTER_CONFIGS: (0, 2),
+    api.INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 _HEAD = struct.Struct(">ihhih")

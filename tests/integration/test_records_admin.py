@@ -21,6 +21,7 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.delete_records.v2 import request as dr
 from kio.schema.find_coordinator.v4 import request as fc
+from kio.schema.join_group.v5 import request as jg
 from kio.schema.metadata.v10 import request as md
 from kio.schema.offset_commit.v8 import request as oc
 from kio.schema.offset_delete.v0 import request as od
@@ -265,6 +266,86 @@ def test_contract_gaps_answer_as_kafka(kafka_broker: KafkaProcess, broker: Broke
     assert ours["offset commit"] == [(0, 0), (0, 3), (1, 0), (7, 3)]
     assert ours["authorized"] == (8096, 3576, -(2**31), -(2**31))
     assert ours["offset delete unknown group"] == (69, [])  # GROUP_ID_NOT_FOUND
+
+
+def _offset_delete(bootstrap: str, group: str, partitions: list[tuple[str, int]]
+                   ) -> tuple[int, list[tuple[str, int, int]]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        by_topic.setdefault(topic, []).append(index)
+    response = request_once(bootstrap, od.OffsetDeleteRequest(
+        group_id=GroupId(group), topics=tuple(
+            od.OffsetDeleteRequestTopic(name=TopicName(topic), partitions=tuple(
+                od.OffsetDeleteRequestPartition(partition_index=i32(i)) for i in indexes))
+            for topic, indexes in by_topic.items())))
+    names = {topic: f"T{i}" for i, topic in enumerate(by_topic)}  # the same on both brokers
+    return int(response.error_code), sorted(
+        (names[str(t.name)], int(p.partition_index), int(p.error_code))
+        for t in response.topics for p in t.partitions)
+
+
+def _scenario_offset_delete_active(bootstrap: str) -> dict[str, Any]:
+    """OffsetDelete on groups with an active member: a consumer group whose member
+    subscribes to one of two topics with committed offsets, and a group of another protocol
+    type (a member joined, rebalance not finished)."""
+    subscribed, other = unique_topic("ods"), unique_topic("odo")
+    _create(bootstrap, [NewTopic(subscribed, 1, 1), NewTopic(other, 2, 1)])
+    group = f"g-{subscribed}"
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                            "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([subscribed])
+        deadline = time.monotonic() + 30
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert consumer.assignment(), "the consumer got no assignment"
+        consumer.commit(offsets=[ck.TopicPartition(subscribed, 0, 3),
+                                 ck.TopicPartition(other, 0, 2),
+                                 ck.TopicPartition(other, 1, 5)], asynchronous=False)
+        out: dict[str, Any] = {
+            "consumer group": _retry_coordinator(
+                lambda: _offset_delete(bootstrap, group,
+                                       [(subscribed, 0), (other, 0), (other, 1)]),
+                group_level=True),
+        }
+        committed = consumer.committed([ck.TopicPartition(subscribed, 0),
+                                        ck.TopicPartition(other, 0),
+                                        ck.TopicPartition(other, 1)], timeout=30)
+        out["committed after"] = [(c.partition, c.offset) for c in committed]
+    finally:
+        consumer.close()
+    out["consumer group, member gone"] = _offset_delete(bootstrap, group, [(subscribed, 0)])
+
+    connect_group = f"c-{subscribed}"
+    _find_coordinator(bootstrap, connect_group)
+    conn = RawConnection(bootstrap)
+    try:
+        member = ""
+        for _ in range(2):  # the first join answers MEMBER_ID_REQUIRED with the member id
+            joined = conn.request(jg.JoinGroupRequest(
+                group_id=GroupId(connect_group),
+                session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                member_id=member, group_instance_id=None, protocol_type="connect",
+                protocols=(jg.JoinGroupRequestProtocol(name="default", metadata=b"x"),)))
+            member = joined.member_id
+        out["connect join"] = int(joined.error_code)
+        out["connect group"] = _offset_delete(bootstrap, connect_group, [(other, 0)])
+    finally:
+        conn.close()
+    return out
+
+
+def test_offset_delete_with_active_members_answers_as_kafka(
+    kafka_broker: KafkaProcess, broker: BrokerProcess
+) -> None:
+    ours = _scenario_offset_delete_active(broker.bootstrap)
+    assert ours == _scenario_offset_delete_active(kafka_broker.bootstrap)
+    assert ours["consumer group"][0] == 0
+    # GROUP_SUBSCRIBED_TO_TOPIC for the subscribed topic; the other's offsets go
+    assert ours["consumer group"][1] == [("T0", 0, 86), ("T1", 0, 0), ("T1", 1, 0)]
+    assert ours["committed after"] == [(0, 3), (0, ck.OFFSET_INVALID), (1, ck.OFFSET_INVALID)]
+    assert ours["connect group"] == (68, [])  # NON_EMPTY_GROUP
 
 
 # ---------------------------------------------------------------------------------------

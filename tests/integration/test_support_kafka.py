@@ -120,3 +120,12 @@ def test_missing_cache_is_an_error_that_says_what_to_run(
     monkeypatch.setenv("ONCELOG_REFERENCE_CACHE", str(tmp_path / "empty"))
     with pytest.raises(ReferenceKafkaMissing, match="make reference"):
         require_reference()
+
+
+def test_kafka_formats_a_cluster_id_that_begins_with_a_dash(kafka_factory: KafkaFactory) -> None:
+    """A random cluster id begins with '-' one time in 64; StorageTool must not take it for
+    an option."""
+    kafka = kafka_factory(start=False)
+    kafka.cluster_id = "-Sx5Q8SySOWp-zztai9tHA"
+    kafka.start()
+    assert kafka.ready_line is not None

@@ -219,7 +219,9 @@ class KafkaProcess(ServerProcess):
         """``StorageTool format`` the log dir once; a formatted dir keeps its cluster id."""
         if (self.log_dir / "meta.properties").exists():
             return
-        argv = self._java("kafka.tools.StorageTool", "format", "--cluster-id", self.cluster_id,
+        argv = self._java("kafka.tools.StorageTool", "format",
+                          # '=': a random id may begin with '-', which would read as an option
+                          f"--cluster-id={self.cluster_id}",
                           "--config", str(self.properties_path))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:

@@ -32,7 +32,16 @@ from oncelog.client.errors import (
     UnsupportedVersionError,
     error_for,
 )
-from oncelog.client.types import TopicPartition
+from oncelog.client.types import (
+    AlterConfigOp,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSource,
+    ConfigSynonym,
+    ConfigType,
+    TopicPartition,
+)
 from oncelog.client.wire import nested, request
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
@@ -192,6 +201,42 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
 def _operations(bits: int) -> frozenset[int]:
     """The AclOperation codes set in a Kafka authorized-operations bit field."""
     return frozenset(code for code in range(32) if bits >> code & 1)
+
+
+def _config_node(resource: ConfigResource) -> int | None:
+    """Where a config resource is served: a broker's own configs by that broker, the rest
+    (topics, the cluster-wide broker default) by any broker."""
+    if resource.type == ConfigResourceType.BROKER and resource.name.isdigit():
+        return int(resource.name)
+    return None
+
+
+def _by_config_node(resources: Iterable[ConfigResource]) -> dict[int | None, list[Any]]:
+    out: dict[int | None, list[Any]] = defaultdict(list)
+    for resource in resources:
+        resource = ConfigResource(ConfigResourceType(resource[0]), str(resource[1]))
+        out[_config_node(resource)].append(resource)
+    return dict(out)
+
+
+def _config_entry(entry: Any, version: int) -> ConfigEntry:
+    if version == 0:  # before config_source: only "is it the default"
+        source = ConfigSource.DEFAULT_CONFIG if entry.is_default else ConfigSource.UNKNOWN
+    else:
+        source = ConfigSource(int(entry.config_source))
+    return ConfigEntry(
+        name=entry.name,
+        value=entry.value,
+        source=source,
+        is_read_only=bool(entry.read_only),
+        is_sensitive=bool(entry.is_sensitive),
+        synonyms=tuple(
+            ConfigSynonym(s.name, s.value, ConfigSource(int(s.source)))
+            for s in getattr(entry, "synonyms", ())
+        ),
+        type=ConfigType(int(getattr(entry, "config_type", 0))),
+        documentation=getattr(entry, "documentation", None),
+    )
 
 
 def _ms(value: Any) -> int:
@@ -791,6 +836,115 @@ class AIOAdmin:
                 out[TopicPartition(topic.name, int(part.partition_index))] = (
                     None if code == ErrorCode.none
                     else error_for(code, f"OffsetDelete {topic.name}-{part.partition_index}")
+                )
+        return out
+
+    # ---------------------------------------------------------------- configs
+
+    async def describe_configs(
+        self,
+        resources: Iterable[ConfigResource],
+        *,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Every config of each resource (DescribeConfigs): name -> entry. A resource's
+        error (an unknown topic, another broker's id...) is raised."""
+        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+        for node, items in _by_config_node(resources).items():
+
+            def build(version: int, items: list[ConfigResource] = items) -> Any:
+                return request(
+                    api.DESCRIBE_CONFIGS,
+                    version,
+                    include_synonyms=include_synonyms,
+                    include_documentation=include_documentation,
+                    resources=tuple(
+                        nested(api.DESCRIBE_CONFIGS, version, "DescribeConfigsResource",
+                               resource_type=r.type, resource_name=r.name,
+                               configuration_keys=None)
+                        for r in items
+                    ),
+                )
+
+            response = await self.client.call(node, api.DESCRIBE_CONFIGS, build)
+            version = int(response.__version__)
+            for result in response.results:
+                resource = ConfigResource(
+                    ConfigResourceType(int(result.resource_type)), result.resource_name
+                )
+                code = ErrorCode(result.error_code)
+                if code != ErrorCode.none:
+                    raise error_for(
+                        code, result.error_message or f"DescribeConfigs {resource.name!r}"
+                    )
+                out[resource] = {
+                    c.name: _config_entry(c, version) for c in result.configs
+                }
+        return out
+
+    async def alter_configs(
+        self, configs: Mapping[ConfigResource, Mapping[str, str]], *, validate_only: bool = False
+    ) -> dict[ConfigResource, KafkaClientError | None]:
+        """Replace each resource's whole set of overrides (the legacy AlterConfigs: a
+        config left out goes back to its default); each resource's error or None."""
+
+        def entry(version: int, name: str, value: str) -> Any:
+            return nested(api.ALTER_CONFIGS, version, "AlterableConfig", name=name,
+                          value=str(value))
+
+        return await self._alter_configs(
+            api.ALTER_CONFIGS,
+            {r: [functools.partial(entry, name=k, value=v) for k, v in c.items()]
+             for r, c in configs.items()},
+            validate_only,
+        )
+
+    async def incremental_alter_configs(
+        self, ops: Mapping[ConfigResource, Sequence[AlterConfigOp]], *,
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, KafkaClientError | None]:
+        """Change single configs (IncrementalAlterConfigs: SET, DELETE back to the default,
+        APPEND to / SUBTRACT from a list); each resource's error or None."""
+
+        def entry(version: int, op: AlterConfigOp) -> Any:
+            return nested(api.INCREMENTAL_ALTER_CONFIGS, version, "AlterableConfig",
+                          name=op.name, config_operation=int(op.op), value=op.value)
+
+        return await self._alter_configs(
+            api.INCREMENTAL_ALTER_CONFIGS,
+            {r: [functools.partial(entry, op=op) for op in items] for r, items in ops.items()},
+            validate_only,
+        )
+
+    async def _alter_configs(
+        self, api_key: int, entries: Mapping[ConfigResource, list[Any]], validate_only: bool
+    ) -> dict[ConfigResource, KafkaClientError | None]:
+        """Send each resource's entries (builders of AlterableConfig by version) to the
+        broker that serves the resource."""
+        out: dict[ConfigResource, KafkaClientError | None] = {}
+        for node, items in _by_config_node(entries).items():
+
+            def build(version: int, items: list[ConfigResource] = items) -> Any:
+                return request(
+                    api_key,
+                    version,
+                    validate_only=validate_only,
+                    resources=tuple(
+                        nested(api_key, version, "AlterConfigsResource",
+                               resource_type=r.type, resource_name=r.name,
+                               configs=tuple(make_entry(version) for make_entry in entries[r]))
+                        for r in items
+                    ),
+                )
+
+            response = await self.client.call(node, api_key, build)
+            for result in response.responses:
+                resource = ConfigResource(
+                    ConfigResourceType(int(result.resource_type)), result.resource_name
+                )
+                out[resource] = _error_or_none(
+                    result.error_code, result.error_message, f"alter configs of {resource.name!r}"
                 )
         return out
 
