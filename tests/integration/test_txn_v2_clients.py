@@ -99,7 +99,7 @@ def test_confluent_kafka_commit_and_abort(tv_broker: tuple[int, BrokerProcess]) 
         for _ in range(60):
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
-                got.append(message.value())
+                got.append(message.value() or b"")
             if len(got) >= 4:
                 break
     finally:
