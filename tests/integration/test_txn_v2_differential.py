@@ -227,63 +227,67 @@ class Session:
             time.sleep(0.05)
 
 
-def scenario_tv2(bootstrap: str) -> Observations:
+def observe(bootstrap: str, steps: Callable[[Session, int], None]) -> Observations:
+    """Set up a session (topic, coordinator, features, InitProducerId), run ``steps`` with
+    the first epoch, and return everything observed."""
     s = Session(bootstrap)
     try:
         s.setup()
         s.features()
         s.init("init")
-        e = s.base_epoch
-        s.produce("v12 produce p0, not added", 0, e)
-        s.produce("v12 produce p1, not added", 1, e)
-        s.describe("describe after implicit adds")
-        s.verify_v5("AddPartitionsToTxn v5 verify p0", 0, e)
-        e1 = s.end("EndTxn v5 commit", True, e)
-        s.end("EndTxn v5 commit retried at the old epoch", True, e)
-        s.wait_stable("p0 LSO after commit", 0, 2)
-        s.wait_stable("p1 LSO after commit", 1, 2)
-        s.produce("v12 produce at the fenced epoch", 0, e)
-        s.verify_v5("AddPartitionsToTxn v5 verify at the old epoch", 0, e)
-        s.verify_v5("AddPartitionsToTxn v5 verify p0, new epoch, no txn", 0, e1)
-        s.produce("v12 produce second txn", 0, e1)
-        s.describe("describe second txn")
-        s.end("EndTxn v5 commit at the fenced epoch", True, e)
-        e2 = s.end("EndTxn v5 abort second txn", False, e1)
-        s.end("EndTxn v5 commit retried after abort", True, e1)
-        s.wait_stable("p0 LSO after abort", 0, 4)
-        e3 = s.end("EndTxn v5 abort with no transaction", False, e2)
-        s.end("EndTxn v5 commit with no transaction", True, e3)
-        s.produce("v11 produce, not added", 1, e3, version=11)
-        s.add_partitions_v3("AddPartitionsToTxn v3 under TV2", 1, e3)
-        s.produce("v11 produce after AddPartitionsToTxn v3", 1, e3, version=11)
-        s.end("EndTxn v4 commit under TV2", True, e3, version=4)
-        s.wait_stable("p1 LSO after EndTxn v4", 1, 4)
-        s.end("EndTxn v4 commit retried", True, e3, version=4)
-        s.end("EndTxn v5 commit at the v4 epoch", True, e3)
+        steps(s, s.base_epoch)
         return s.seen
     finally:
         s.conn.close()
+
+
+def scenario_tv2(bootstrap: str) -> Observations:
+    return observe(bootstrap, steps_tv2)
 
 
 def scenario_tv1(bootstrap: str) -> Observations:
-    s = Session(bootstrap)
-    try:
-        s.setup()
-        s.features()
-        s.init("init")
-        e = s.base_epoch
-        s.produce("v12 produce p0, not added", 0, e)
-        s.add_partitions_v3("AddPartitionsToTxn v3 p0", 0, e)
-        s.produce("v12 produce p0 after add", 0, e)
-        s.end("EndTxn v5 commit", True, e)
-        s.wait_stable("p0 LSO after commit", 0, 2)
-        s.add_partitions_v3("AddPartitionsToTxn v3 second txn", 0, e)
-        s.produce("v12 produce second txn", 0, e)
-        s.end("EndTxn v4 abort", False, e, version=4)
-        s.end("EndTxn v4 abort with no transaction", False, e, version=4)
-        return s.seen
-    finally:
-        s.conn.close()
+    return observe(bootstrap, steps_tv1)
+
+
+def steps_tv2(s: Session, e: int) -> None:
+    s.produce("v12 produce p0, not added", 0, e)
+    s.produce("v12 produce p1, not added", 1, e)
+    s.describe("describe after implicit adds")
+    s.verify_v5("AddPartitionsToTxn v5 verify p0", 0, e)
+    e1 = s.end("EndTxn v5 commit", True, e)
+    s.end("EndTxn v5 commit retried at the old epoch", True, e)
+    s.wait_stable("p0 LSO after commit", 0, 2)
+    s.wait_stable("p1 LSO after commit", 1, 2)
+    s.produce("v12 produce at the fenced epoch", 0, e)
+    s.verify_v5("AddPartitionsToTxn v5 verify at the old epoch", 0, e)
+    s.verify_v5("AddPartitionsToTxn v5 verify p0, new epoch, no txn", 0, e1)
+    s.produce("v12 produce second txn", 0, e1)
+    s.describe("describe second txn")
+    s.end("EndTxn v5 commit at the fenced epoch", True, e)
+    e2 = s.end("EndTxn v5 abort second txn", False, e1)
+    s.end("EndTxn v5 commit retried after abort", True, e1)
+    s.wait_stable("p0 LSO after abort", 0, 4)
+    e3 = s.end("EndTxn v5 abort with no transaction", False, e2)
+    s.end("EndTxn v5 commit with no transaction", True, e3)
+    s.produce("v11 produce, not added", 1, e3, version=11)
+    s.add_partitions_v3("AddPartitionsToTxn v3 under TV2", 1, e3)
+    s.produce("v11 produce after AddPartitionsToTxn v3", 1, e3, version=11)
+    s.end("EndTxn v4 commit under TV2", True, e3, version=4)
+    s.wait_stable("p1 LSO after EndTxn v4", 1, 4)
+    s.end("EndTxn v4 commit retried", True, e3, version=4)
+    s.end("EndTxn v5 commit at the v4 epoch", True, e3)
+
+
+def steps_tv1(s: Session, e: int) -> None:
+    s.produce("v12 produce p0, not added", 0, e)
+    s.add_partitions_v3("AddPartitionsToTxn v3 p0", 0, e)
+    s.produce("v12 produce p0 after add", 0, e)
+    s.end("EndTxn v5 commit", True, e)
+    s.wait_stable("p0 LSO after commit", 0, 2)
+    s.add_partitions_v3("AddPartitionsToTxn v3 second txn", 0, e)
+    s.produce("v12 produce second txn", 0, e)
+    s.end("EndTxn v4 abort", False, e, version=4)
+    s.end("EndTxn v4 abort with no transaction", False, e, version=4)
 
 
 def downgrade_kafka(kafka: KafkaProcess, level: int) -> None:
