@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint bench clean reference js browser go-harness
+.PHONY: serve test test-fast lint bench clean reference js browser go-harness
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,10 @@ go-harness: $(GO_HARNESS)
 
 test: $(TEST_STAMP) lint reference js browser go-harness
 	$(VENV)/bin/pytest -q tests
+
+# For development: lint and the unit tests only (no broker processes, no Java), under a minute.
+test-fast: $(TEST_STAMP) lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
 
 bench: $(TEST_STAMP) reference
 	$(PY) -m pip install --quiet -e '.[bench]'

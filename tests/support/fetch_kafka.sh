@@ -4,6 +4,9 @@
 # Runs `mvn package` on tests/java (see docs/reference-kafka.md), which fills
 #   $CACHE/kafka-4.4.0/libs/          the broker's runtime classpath (kafka_2.13 4.4.0 + deps)
 #   $CACHE/harness-4.4.0/             oncelog-harness.jar and libs/ (kafka-clients 4.4.0)
+#   $CACHE/tools-4.3.1/libs/          kafka-tools 4.3.1 (TransactionsCommand) and its deps
+#   $CACHE/streams-4.3.1/             oncelog-streams.jar and libs/ (kafka-streams and
+#                                     kafka-tools 4.3.1, with kafka-clients 4.3.x)
 # with CACHE=${ONCELOG_REFERENCE_CACHE:-<repo>/.cache}; Maven's own downloads go to ~/.m2.
 # A stamp file records a hash of the Maven project: when it matches, this is a no-op.
 # Then runs `mvn package` on tests/spark/connector, which fills
@@ -60,7 +63,8 @@ need_tools
 echo "reference Kafka 4.4.0: fetching with Maven into $CACHE (first run downloads ~50 MB into ~/.m2)"
 start=$(date +%s)
 # Stale jars from an older project would stay on the classpath: start from empty dirs.
-rm -rf "$CACHE/kafka-4.4.0" "$CACHE/harness-4.4.0" "$CACHE/build" "$STAMP"
+rm -rf "$CACHE/kafka-4.4.0" "$CACHE/harness-4.4.0" "$CACHE/tools-4.3.1" "$CACHE/streams-4.3.1" \
+    "$CACHE/build" "$STAMP"
 mkdir -p "$CACHE"
 mvn -B -q -Dstyle.color=never -f "$PROJECT/pom.xml" package "-Dreference.cache=$CACHE"
 echo "$want" > "$STAMP"
