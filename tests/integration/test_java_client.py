@@ -20,14 +20,13 @@ from tests.support.names import unique_name, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("reference")]
 
-# Broker configurations for the transaction tests. TV2 (KIP-890 part 2) is what a client
-# uses when the broker advertises transaction.version >= 2; the broker's
-# ``transaction.version`` setting is being added on branch h/txv2. Once it is on main, add
-#     pytest.param({"transaction.version": "1"}, False, id="tv1"),
-#     pytest.param({"transaction.version": "2"}, True, id="tv2"),
-# (the second value: whether the Java client must report TV2); ``None`` = whatever the
-# broker's default advertises.
-TRANSACTION_VERSIONS: list[Any] = [pytest.param({}, None, id="default")]
+# Broker configurations for the transaction tests: the Java client 4.4 uses transactions v2
+# (KIP-890 part 2) when the broker finalizes transaction.version >= 2 (oncelog's default),
+# v1 otherwise. The second value: whether the Java client must report TV2.
+TRANSACTION_VERSIONS: list[Any] = [
+    pytest.param({"transaction.version": "1"}, False, id="tv1"),
+    pytest.param({"transaction.version": "2"}, True, id="tv2"),
+]
 
 
 @pytest.fixture
