@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TextIO
+from typing import Any, TextIO
 
+import oncelog
 from oncelog.client import Admin
 from oncelog.client.errors import KafkaClientError
 
@@ -21,7 +23,51 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_MS = 30000
 CONNECT_TIMEOUT_MS = 5000
 
+# What a shell reports for a process killed by SIGPIPE (128 + 13): `oncelog consume | head`.
+BROKEN_PIPE_EXIT = 141
+
 log = logging.getLogger("oncelog.cli")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default: ``(default X)`` unless the text already
+    says what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if not action.option_strings or action.nargs == 0 or action.default is None:
+            return text
+        if isinstance(action.default, list) and not action.default:
+            return text
+        return f"{text} (default %(default)s)" if text else "(default %(default)s)"
+
+
+class OncelogParser(argparse.ArgumentParser):
+    """The parser of ``oncelog`` and of every sub-command: ``--version`` everywhere, each
+    option's default in its help, sub-command parsers of the same class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        if self.add_help:
+            self.add_argument("--version", action="version",
+                              version=f"oncelog {oncelog.__version__}",
+                              help="print the version and exit")
+
+
+@contextmanager
+def exit_quietly_on_broken_pipe() -> Iterator[None]:
+    """A reader that went away (``oncelog consume | head -1``) ends the command quietly: no
+    traceback, no second error when Python flushes stdout at exit."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 class CommandError(Exception):
@@ -41,15 +87,19 @@ def bootstrap_servers(text: str) -> str:
     return text
 
 
-def connection_options() -> argparse.ArgumentParser:
-    """A parent parser with the options of every command that talks to a broker."""
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("connection")
+def add_bootstrap_option(group: argparse._ActionsContainer) -> None:
     group.add_argument(
         "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
         type=bootstrap_servers,
         help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
     )
+
+
+def connection_options() -> argparse.ArgumentParser:
+    """A parent parser with the options of every command that talks to a broker."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("connection")
+    add_bootstrap_option(group)
     group.add_argument(
         "--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
         help=f"give up on an operation after this long (default {DEFAULT_TIMEOUT_MS})",
@@ -107,6 +157,8 @@ def run_command(
     except KafkaClientError as exc:
         print(f"oncelog: {what} failed: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: main() ends quietly
     except OSError as exc:
         print(f"oncelog: {what} failed: {exc}", file=sys.stderr)
         return 1

@@ -37,7 +37,8 @@ _KEY = re.compile(r"[a-zA-Z0-9._-]*")
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("configs", parents=[connection_options()],
                        help="describe or alter topic and broker configs (kafka-configs.sh)")
-    p.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
+    p.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES),
+                   help="the kind of entity: topics or brokers")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--entity-name", default=None,
                         help="the topic name or the broker id")

@@ -12,10 +12,13 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import cast
 
+from oncelog.cli.common import BROKEN_PIPE_EXIT, OncelogParser, exit_quietly_on_broken_pipe
 from oncelog.config import BrokerConfig, split_log_dirs
 
 NONROUTABLE_HOSTS = frozenset({"0.0.0.0", "::"})
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -28,17 +31,52 @@ def _host_port(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", port_number
 
 
+def _log_level(text: str) -> str:
+    """argparse type: a logging level name, any case."""
+    name = text.strip().upper()
+    if name not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"unknown log level {text!r}; one of {', '.join(LOG_LEVELS)}"
+        )
+    return name
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="oncelog", description="A Kafka-compatible log.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run a single-node broker")
-    serve.add_argument("--data-dir", type=Path, default=None, help="default ./data")
-    serve.add_argument("--listen", type=_host_port, default=("127.0.0.1", 9092))
-    serve.add_argument("--advertised", type=_host_port, default=None)
-    serve.add_argument("--node-id", type=int, default=None)
-    serve.add_argument("--config-file", type=Path, default=None)
-    serve.add_argument("-c", dest="configs", action="append", default=[], metavar="KEY=VALUE")
-    serve.add_argument("--log-level", default="INFO")
+    parser = OncelogParser(
+        prog="oncelog",
+        description="oncelog: a Kafka-compatible streaming log built for exactly-once. "
+        "`oncelog serve` runs a broker; the other commands talk to one with "
+        "--bootstrap-server, as Kafka's tools do.",
+    )
+    # Every sub-command's parser (and theirs) is an OncelogParser: --version, defaults.
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                              parser_class=OncelogParser),
+    )
+    serve = sub.add_parser(
+        "serve", help="run a single-node broker",
+        description="Run a broker in the foreground until SIGTERM or Ctrl-C. It prints "
+        "'oncelog ready on HOST:PORT' once clients can connect.",
+    )
+    serve.add_argument("--data-dir", type=Path, default=None,
+                       help="directory of the broker's files (default: the first entry of "
+                            "log.dirs, ./data)")
+    serve.add_argument("--listen", type=_host_port, default=("127.0.0.1", 9092),
+                       metavar="HOST:PORT",
+                       help="address to accept Kafka clients on (default 127.0.0.1:9092)")
+    serve.add_argument("--advertised", type=_host_port, default=None, metavar="HOST:PORT",
+                       help="address clients are told to connect to (default: --listen)")
+    serve.add_argument("--node-id", type=int, default=None, metavar="ID",
+                       help="this broker's id, the same as -c node.id=ID (default 1)")
+    serve.add_argument("--config-file", type=Path, default=None, metavar="FILE",
+                       help="server.properties-style file of Kafka config names "
+                            "(default: none, built-in defaults)")
+    serve.add_argument("-c", dest="configs", action="append", default=[], metavar="KEY=VALUE",
+                       help="a broker config, repeatable, overriding --config-file, e.g. "
+                            "-c transaction.two.phase.commit.enable=true (default: none)")
+    serve.add_argument("--log-level", type=_log_level, default="INFO", metavar="LEVEL",
+                       help=f"one of {', '.join(LOG_LEVELS)}, any case (default INFO)")
     serve.add_argument(
         "--metrics", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)",
@@ -47,15 +85,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--ui", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve the transactions console at http://HOST:PORT/ (default: off)",
     )
-    from oncelog.cli import configs, metrics, records, topics, txn
+    from oncelog.cli import (
+        configs,
+        console,
+        dumplog,
+        groups,
+        metrics,
+        offsets,
+        records,
+        topics,
+        txn,
+        ui,
+    )
 
     topics.add_parser(sub)
     records.add_parser(sub)
     configs.add_parser(sub)
     txn.add_parser(sub)
     metrics.add_parser(sub)
-    from oncelog.cli import ui
-
+    console.add_parser(sub)
+    offsets.add_parser(sub)
+    groups.add_parser(sub)
+    dumplog.add_parser(sub)
     ui.add_parser(sub)
     return parser
 
@@ -65,7 +116,7 @@ def serve(args: argparse.Namespace) -> int:
     from oncelog.broker.datadir import DataDirError
 
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -136,16 +187,29 @@ def _first_os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        return serve(args)
-    from oncelog.cli import configs, metrics, records, topics, txn
+    with exit_quietly_on_broken_pipe():
+        if args.command == "serve":
+            return serve(args)
+        from oncelog.cli import (
+            configs,
+            console,
+            dumplog,
+            groups,
+            metrics,
+            offsets,
+            records,
+            topics,
+            txn,
+            ui,
+        )
 
-    runners = {"topics": topics.run, "records": records.run, "txn": txn.run,
-               "metrics": metrics.run, "configs": configs.run}
-    from oncelog.cli import ui
-
-    runners["ui"] = ui.run
-    return runners[args.command](args)
+        runners = {"topics": topics.run, "records": records.run, "txn": txn.run,
+                   "metrics": metrics.run, "configs": configs.run, "ui": ui.run}
+        runners.update(produce=console.run, consume=console.run, offsets=offsets.run,
+                       groups=groups.run)
+        runners["dump-log"] = dumplog.run
+        return runners[args.command](args)
+    return BROKEN_PIPE_EXIT
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--internal", action="store_true",
                    help="include partitions of internal topics")
     p.add_argument("--raw", action="store_true", help="print the Prometheus text as served")
-    p.add_argument("--timeout-ms", type=int, default=10000, metavar="MS")
+    p.add_argument("--timeout-ms", type=int, default=10000, metavar="MS",
+                   help="give up on the HTTP request after this long")
     p.set_defaults(handler=cmd_metrics)
 
 

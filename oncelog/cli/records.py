@@ -26,8 +26,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--offset-json-file", type=Path, default=None, metavar="FILE",
                    help='kafka-delete-records.sh JSON: {"partitions": [{"topic": ..., '
                         '"partition": ..., "offset": ...}], "version": 1}')
-    p.add_argument("--topic", default=None)
-    p.add_argument("--partition", type=int, default=None)
+    p.add_argument("--topic", default=None, help="topic (instead of --offset-json-file)")
+    p.add_argument("--partition", type=int, default=None, help="partition of --topic")
     p.add_argument("--offset", type=int, default=None,
                    help="delete the records below this offset (-1: the high watermark)")
     p.set_defaults(handler=cmd_delete)

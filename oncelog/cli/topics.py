@@ -22,10 +22,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     commands = topics.add_subparsers(dest="topics_command", required=True, metavar="COMMAND")
 
     p = commands.add_parser("create", parents=[conn], help="create a topic")
-    p.add_argument("topic")
+    p.add_argument("topic", help="name of the topic to create")
     p.add_argument("--partitions", type=int, default=-1,
                    help="partition count (default: the broker's num.partitions)")
-    p.add_argument("--replication-factor", type=int, default=-1)
+    p.add_argument("--replication-factor", type=int, default=-1,
+                   help="replicas per partition (default: the broker's "
+                        "default.replication.factor)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="a topic config (repeatable), e.g. cleanup.policy=compact")
     p.add_argument("--if-not-exists", action="store_true",
@@ -33,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=cmd_create)
 
     p = commands.add_parser("delete", parents=[conn], help="delete topics")
-    p.add_argument("topic", nargs="+")
+    p.add_argument("topic", nargs="+", help="names of the topics to delete")
     p.set_defaults(handler=cmd_delete)
 
     p = commands.add_parser("list", parents=[conn], help="list topic names")

@@ -40,6 +40,8 @@ DESCRIBE_HEADERS = (
     "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
     "TopicPartitions", "TwoPhaseCommit",
 )
+PRODUCERS_HEADERS = ("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+                     "LastTimestamp", "CurrentTransactionStartOffset")
 HANGING_HEADERS = (
     "Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
     "LastTimestamp", "Duration(min)",
@@ -84,14 +86,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     p = commands.add_parser("abort", parents=[conn],
                             help="abort a hanging transaction on one partition")
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--topic", required=True, help="topic of the hanging transaction")
+    p.add_argument("--partition", type=int, required=True,
+                   help="partition of the hanging transaction")
     p.add_argument("--start-offset", type=int, default=None,
                    help="first offset of the transaction to abort (finds the rest)")
-    p.add_argument("--producer-id", type=int, default=None)
-    p.add_argument("--producer-epoch", type=int, default=None)
-    p.add_argument("--coordinator-epoch", type=int, default=None)
+    p.add_argument("--producer-id", type=int, default=None,
+                   help="producer of the transaction (instead of --start-offset)")
+    p.add_argument("--producer-epoch", type=int, default=None,
+                   help="its epoch (with --producer-id)")
+    p.add_argument("--coordinator-epoch", type=int, default=None,
+                   help="its coordinator epoch (with --producer-id)")
     p.set_defaults(handler=cmd_abort)
+
+    p = commands.add_parser(
+        "producers", parents=[conn], aliases=["describe-producers"],
+        help="the active producers of one partition (DescribeProducers)",
+    )
+    p.add_argument("--topic", required=True, help="topic of the partition")
+    p.add_argument("--partition", type=int, required=True, help="the partition")
+    p.set_defaults(handler=cmd_producers)
 
     p = commands.add_parser(
         "force-terminate", parents=[conn],
@@ -271,6 +285,23 @@ def _by_start_offset(admin: Admin, tp: TopicPartition, start_offset: int) -> tup
     raise CommandError(
         f"no open transaction starts at offset {start_offset} on {tp.topic}-{tp.partition}"
     )
+
+
+# ------------------------------------------------------------------------------ producers
+
+def cmd_producers(args: argparse.Namespace) -> int:
+    """kafka-transactions.sh describe-producers: each producer the partition remembers; an
+    open transaction shows where it starts (-1: none)."""
+    tp = TopicPartition(args.topic, args.partition)
+    with open_admin(args) as admin:
+        _partitions_to_search(admin, args.topic, args.partition, None)
+        producers = admin.describe_producers([tp])[tp]
+    print_table(PRODUCERS_HEADERS, [
+        (p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+         p.last_timestamp, p.current_txn_start_offset)
+        for p in sorted(producers, key=lambda p: p.producer_id)
+    ])
+    return 0
 
 
 # ------------------------------------------------------------------------------ force-terminate

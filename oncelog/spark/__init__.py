@@ -29,14 +29,20 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
-)
-from pyspark.sql.types import StructType
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "oncelog.spark needs PySpark 4.2+ and pyarrow: pip install 'oncelog[spark]' "
+        f"({exc})"
+    ) from exc
 
 from oncelog.spark.options import OptionError, SinkOptions, SourceOptions
 from oncelog.spark.reader import OncelogBatchReader, OncelogStreamReader

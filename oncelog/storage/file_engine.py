@@ -80,7 +80,11 @@ def open_partition_files(
             "%s: deleted producer snapshots above offset %d (log end %d)",
             directory, keep_below, log.log_end_offset,
         )
-    start = snapshot.load_state(state, directory, max_offset=keep_below)
+    # Only recovery after an unclean stop is worth a line per partition at INFO.
+    start = snapshot.load_state(
+        state, directory, max_offset=keep_below,
+        log_level=logging.INFO if log.opened_how == "recovered" else logging.DEBUG,
+    )
     return OpenedFiles(log, state, start)
 
 

@@ -125,6 +125,8 @@ class PartitionLog:
         self._dir_dirty = False
         self._closed = False
         self._txn_rebuild_from: int | None = None
+        # How ``open`` found the files: "new", "clean" or "recovered" (an unclean stop).
+        self.opened_how = "new"
 
     # ------------------------------------------------------------------ opening
 
@@ -139,6 +141,7 @@ class PartitionLog:
                 loaded.recovery_point,
             )
             log._txn_rebuild_from = loaded.txn_rebuild_from
+            log.opened_how = loaded.how
             log._dir_dirty = loaded.created
             log_start, log_end = loaded.log_start_offset, log.log_end_offset
             if log_start > log_end:
@@ -152,7 +155,9 @@ class PartitionLog:
             for segment in loaded.segments:
                 segment.close()
             raise
-        logger.info(
+        # One line per partition only when it needed recovery; the broker logs a summary.
+        logger.log(
+            logging.INFO if loaded.how == "recovered" else logging.DEBUG,
             "%s: opened (%s), offsets [%d, %d), %d segments, %d bytes",
             directory, loaded.how, log.log_start_offset, log.log_end_offset,
             len(log._segments), log.size_bytes,

@@ -404,7 +404,10 @@ class ProducerStateManager:
     def on_snapshot_written(self, offset: int) -> None:
         self._last_snapshot_offset = offset
 
-    def restore(self, offset: int, entries: Iterable[ProducerStateEntry]) -> int:
+    def restore(
+        self, offset: int, entries: Iterable[ProducerStateEntry], *,
+        log_level: int = logging.INFO,
+    ) -> int:
         """Replace the state with a snapshot's ``entries`` covering the log below ``offset``,
         dropping producers already expired. Returns ``offset``, from which the caller must
         replay the log tail through ``update``."""
@@ -414,7 +417,8 @@ class ProducerStateManager:
         self.remove_expired()
         self._map_end_offset = offset
         self._last_snapshot_offset = offset
-        logger.info(
+        logger.log(
+            log_level,
             "loaded producer snapshot partition=%s offset=%d producers=%d",
             self.partition,
             offset,

@@ -240,7 +240,8 @@ def take_snapshot(
 
 
 def load_state(
-    state: ProducerStateManager, directory: Path, max_offset: int | None = None
+    state: ProducerStateManager, directory: Path, max_offset: int | None = None,
+    *, log_level: int = logging.INFO,
 ) -> int:
     """Replace ``state`` with the newest valid snapshot in ``directory`` (at or below
     ``max_offset`` if given), dropping producers already expired. Returns the offset from
@@ -249,9 +250,9 @@ def load_state(
     loaded = load_latest(directory, max_offset=max_offset)
     if loaded is None:
         state.clear()
-        logger.info("no producer snapshot partition=%s: full scan", state.partition)
+        logger.log(log_level, "no producer snapshot partition=%s: full scan", state.partition)
         return 0
-    return state.restore(*loaded)
+    return state.restore(*loaded, log_level=log_level)
 
 
 def truncate_state_after(state: ProducerStateManager, offset: int, directory: Path) -> int:

@@ -96,6 +96,8 @@ class UnifiedLog:
         self._auto_high_watermark = auto_high_watermark
         self._snapshot_dir = snapshot_dir
         self._snapshots = RollSnapshots(snapshot_dir, snapshot_writer)
+        # Batches replayed into the producer state when opened (recovery work done).
+        self.replayed_batches = 0
 
     @classmethod
     def open(
@@ -116,6 +118,7 @@ class UnifiedLog:
             auto_high_watermark=auto_high_watermark,
         )
         replayed = unified._rebuild_from(start)
+        unified.replayed_batches = replayed
         if replayed:
             logger.info(
                 "%s: producer state rebuilt from offset %d (%d batches), %d producers, "

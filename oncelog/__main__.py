@@ -1,0 +1,10 @@
+"""``python -m oncelog``: the same as the ``oncelog`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from oncelog.cli.main import main
+
+if __name__ == "__main__":
+    sys.exit(main())
