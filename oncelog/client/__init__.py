@@ -31,9 +31,13 @@ from oncelog.client.admin_views import HangingTransaction, find_hanging_transact
 from oncelog.client.aio.admin import (
     AIOAdmin,
     ClusterDescription,
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
     LogDirDescription,
+    MemberDescription,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
     PartitionReassignment,
     ProducerState,
     TopicDescription,
@@ -73,13 +77,17 @@ __all__ = [
     "ConfigSynonym",
     "ConfigType",
     "Consumer",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
     "ConsumerGroupMetadata",
     "KafkaClientError",
     "LogDirDescription",
+    "MemberDescription",
     "Message",
     "NewPartitions",
     "NewTopic",
     "OffsetAndMetadata",
+    "OffsetSpec",
     "PartitionReassignment",
     "PreparedTxnState",
     "Producer",
@@ -535,6 +543,45 @@ class Admin:
         return dict(
             self._run(self._core.delete_consumer_group_offsets(group_id, list(partitions)))
         )
+
+    def list_consumer_groups(self) -> list[ConsumerGroupListing]:
+        """Every group of every broker (ListGroups), sorted by id."""
+        return list(self._run(self._core.list_consumer_groups()))
+
+    def describe_consumer_groups(
+        self, group_ids: Iterable[str]
+    ) -> dict[str, ConsumerGroupDescription]:
+        """State, protocol type and members (with their partitions) of each group."""
+        return dict(self._run(self._core.describe_consumer_groups(list(group_ids))))
+
+    def delete_consumer_groups(
+        self, group_ids: Iterable[str]
+    ) -> dict[str, KafkaClientError | None]:
+        """Delete empty groups and their offsets; each group's error or None."""
+        return dict(self._run(self._core.delete_consumer_groups(list(group_ids))))
+
+    def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        require_stable: bool = False,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """A group's committed offsets (of ``partitions``; None: all it has)."""
+        wanted = None if partitions is None else list(partitions)
+        return dict(self._run(self._core.list_consumer_group_offsets(
+            group_id, wanted, require_stable=require_stable)))
+
+    def list_offsets(
+        self,
+        partitions: Iterable[TopicPartition],
+        spec: OffsetSpec | None = None,
+        *,
+        isolation_level: str = "read_uncommitted",
+    ) -> dict[TopicPartition, int]:
+        """Earliest, latest (default) or by-timestamp offsets of ``partitions``."""
+        return dict(self._run(self._core.list_offsets(
+            list(partitions), spec, isolation_level=isolation_level)))
 
     def describe_configs(
         self,

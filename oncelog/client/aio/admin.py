@@ -23,6 +23,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncelog.client.aio.admin_groups import (
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    GroupsAdmin,
+    MemberDescription,
+    OffsetSpec,
+)
 from oncelog.client.aio.client import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, KafkaClient
 from oncelog.client.config import ClientConfig
 from oncelog.client.errors import (
@@ -51,9 +58,13 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "AIOAdmin",
     "ClusterDescription",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
     "LogDirDescription",
+    "MemberDescription",
     "NewPartitions",
     "NewTopic",
+    "OffsetSpec",
     "PartitionReassignment",
     "ProducerState",
     "ReplicaInfo",
@@ -247,7 +258,7 @@ def _ms(value: Any) -> int:
     return int(value)
 
 
-class AIOAdmin:
+class AIOAdmin(GroupsAdmin):
     def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
         self.config = config if isinstance(config, ClientConfig) else ClientConfig(config)
         self.client = KafkaClient(self.config)
