@@ -1,6 +1,7 @@
 """The asyncio admin client's consumer groups and offsets: ListGroups on every broker,
 DescribeGroups / DeleteGroups / OffsetFetch / OffsetDelete at each group's coordinator, and
-ListOffsets (earliest, latest or by timestamp, either isolation level) at each leader.
+ListOffsets (earliest, latest or by timestamp, either isolation level) and DeleteRecords at
+each leader.
 
 Names follow Java's Admin (listConsumerGroups, describeConsumerGroups, deleteConsumerGroups,
 listConsumerGroupOffsets, listOffsets with an OffsetSpec). The OffsetFetch and ListOffsets
@@ -9,17 +10,18 @@ requests are the consumer's own (``ConsumerOffsets``), so there is one implement
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.client.aio.client import COORDINATOR_GROUP, KafkaClient
+from oncelog.client.aio.admin_types import AdminBase
+from oncelog.client.aio.client import COORDINATOR_GROUP
 from oncelog.client.aio.offsets import EARLIEST, LATEST, ConsumerOffsets
 from oncelog.client.assignors import decode_assignment
-from oncelog.client.config import ClientConfig
 from oncelog.client.errors import KafkaClientError, error_for
 from oncelog.client.types import OffsetAndMetadata, TopicPartition
-from oncelog.client.wire import request
+from oncelog.client.wire import nested, request
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
 
@@ -95,11 +97,8 @@ def _member(m: Any) -> MemberDescription:
     return MemberDescription(m.member_id, m.client_id, m.client_host, owned)
 
 
-class GroupsAdmin:
-    """Consumer groups and offsets; mixed into ``AIOAdmin``."""
-
-    config: ClientConfig
-    client: KafkaClient
+class GroupsAdmin(AdminBase):
+    """Consumer groups, their offsets and records deletion; mixed into ``AIOAdmin``."""
 
     def _offsets(self, isolation_level: int, group_id: str | None = None) -> ConsumerOffsets:
         """The consumer's offset lookups (ListOffsets, OffsetFetch) over this client."""
@@ -197,3 +196,98 @@ class GroupsAdmin:
         return await self._offsets(_ISOLATION_LEVELS[isolation_level]).list_offsets(
             tps, wanted.timestamp
         )
+
+    # ---------------------------------------------------------------- records and offsets
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int = 30000
+    ) -> dict[TopicPartition, int]:
+        """Delete the records below each partition's offset (-1: up to the high watermark)
+        with DeleteRecords to each leader; the new low watermark of each partition. A
+        partition's error is raised (OFFSET_OUT_OF_RANGE, POLICY_VIOLATION, ...)."""
+        by_leader: dict[int, dict[str, list[tuple[int, int]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for tp, offset in offsets.items():
+            tp = TopicPartition(*tp)
+            await self.client.topic_info(tp.topic)
+            by_leader[self.client.leader_for(tp.topic, tp.partition)][tp.topic].append(
+                (tp.partition, int(offset))
+            )
+        out: dict[TopicPartition, int] = {}
+        for leader, by_topic in by_leader.items():
+
+            def build(version: int, by_topic: Mapping[str, list[tuple[int, int]]] = by_topic
+                      ) -> Any:
+                return request(
+                    api.DELETE_RECORDS,
+                    version,
+                    timeout=timeout_ms,
+                    topics=tuple(
+                        nested(api.DELETE_RECORDS, version, "DeleteRecordsTopic", name=name,
+                               partitions=tuple(
+                                   nested(api.DELETE_RECORDS, version, "DeleteRecordsPartition",
+                                          partition_index=p, offset=o)
+                                   for p, o in parts))
+                        for name, parts in by_topic.items()
+                    ),
+                )
+
+            response = await self.client.call(
+                leader, api.DELETE_RECORDS, build,
+                timeout_ms=timeout_ms + self.client.request_timeout_ms,
+            )
+            for topic in response.topics:
+                for part in topic.partitions:
+                    code = ErrorCode(part.error_code)
+                    where = f"DeleteRecords {topic.name}-{part.partition_index}"
+                    if code != ErrorCode.none:
+                        raise error_for(code, where)
+                    out[TopicPartition(topic.name, int(part.partition_index))] = int(
+                        part.low_watermark
+                    )
+        return out
+
+    async def delete_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, KafkaClientError | None]:
+        """Delete a group's committed offsets of ``partitions`` (OffsetDelete, KIP-496) at
+        the group's coordinator. A group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP)
+        is raised; partition errors (GROUP_SUBSCRIBED_TO_TOPIC, ...) are answered."""
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in partitions:
+            by_topic[tp[0]].append(int(tp[1]))
+
+        def build(version: int) -> Any:
+            return request(
+                api.OFFSET_DELETE,
+                version,
+                group_id=group_id,
+                topics=tuple(
+                    nested(api.OFFSET_DELETE, version, "OffsetDeleteRequestTopic", name=name,
+                           partitions=tuple(
+                               nested(api.OFFSET_DELETE, version, "OffsetDeleteRequestPartition",
+                                      partition_index=p)
+                               for p in parts))
+                    for name, parts in by_topic.items()
+                ),
+            )
+
+        async def attempt() -> Any:
+            node = await self.client.find_coordinator(COORDINATOR_GROUP, group_id)
+            response = await self.client.call(node, api.OFFSET_DELETE, build)
+            code = ErrorCode(response.error_code)
+            if code != ErrorCode.none:
+                raise error_for(code, f"OffsetDelete of group {group_id}")
+            return response
+
+        response = await self.client.retrying(attempt, what=f"OffsetDelete {group_id}")
+        out: dict[TopicPartition, KafkaClientError | None] = {}
+        for topic in response.topics:
+            for part in topic.partitions:
+                code = ErrorCode(part.error_code)
+                out[TopicPartition(topic.name, int(part.partition_index))] = (
+                    None if code == ErrorCode.none
+                    else error_for(code, f"OffsetDelete {topic.name}-{part.partition_index}")
+                )
+        return out
