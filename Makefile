@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-fast lint bench clean reference js browser
+.PHONY: serve test test-fast lint bench clean reference js browser go-harness
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,19 @@ browser:
 		apt-cache show chromium >/dev/null 2>&1 || apt-get update; \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
 
-test: $(TEST_STAMP) lint reference js browser
+# The Go client test's program (tests/go: franz-go's GroupTransactSession, driven by
+# tests/integration/test_go_client.py), built into the reference cache; make rebuilds it
+# only when a source or the module files are newer than the binary. Needs Go and the module
+# proxy the first time (~2 min on this machine, mostly compiling franz-go).
+GO_CACHE := $(or $(ONCELOG_REFERENCE_CACHE),.cache)
+GO_HARNESS := $(GO_CACHE)/go-harness/oncelog-go-harness
+
+$(GO_HARNESS): tests/go/go.mod tests/go/go.sum $(wildcard tests/go/*.go)
+	cd tests/go && go build -o $(abspath $@) .
+
+go-harness: $(GO_HARNESS)
+
+test: $(TEST_STAMP) lint reference js browser go-harness
 	$(VENV)/bin/pytest -q tests
 
 # For development: lint and the unit tests only (no broker processes, no Java), under a minute.

@@ -47,6 +47,9 @@ class Scenario:
     small_txns: int | None = None
     """A transaction-rate scenario: this many transactions of ``records`` records each,
     one after the other, each committed before the next begins (no consume phase)."""
+    producers: int = 1
+    """Transaction-rate scenarios: this many producer processes at once, each with its own
+    transactional id and partition (``partitions`` must be at least this many)."""
     default: bool = True
     description: str = ""
 
@@ -160,5 +163,20 @@ register(
         default=False,
         description="one producer doing small transactions of 10 x 100 B on 1 partition, "
         "one after the other; transactions/s and commit latency",
+    )
+)
+register(
+    Scenario(
+        "txn-rate-10x100B-8p-8producers",
+        10,
+        100,
+        8,
+        producer={"enable.idempotence": True, "linger.ms": 0},
+        small_txns=500,
+        producers=8,
+        default=False,
+        description="8 producer processes at once, each its own transactional id and "
+        "partition, each doing 500 small transactions of 10 x 100 B one after the other; "
+        "aggregate transactions/s (total over the span from the first start to the last end)",
     )
 )

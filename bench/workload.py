@@ -98,12 +98,15 @@ def txn_rate(job: dict[str, Any]) -> dict[str, Any]:
     value = os.urandom(job["record_size"])
     per_txn, txns = job["records"], job["txns"]
     latencies: list[float] = []
+    partition = job.get("partition")
+    extra = {} if partition is None else {"partition": partition}
+    started_at = time.time()
     start = time.perf_counter()
     for _ in range(txns):
         began = time.perf_counter()
         producer.begin_transaction()
         for _ in range(per_txn):
-            producer.produce(job["topic"], value)
+            producer.produce(job["topic"], value, **extra)
         producer.commit_transaction(30)
         latencies.append(time.perf_counter() - began)
     seconds = time.perf_counter() - start
@@ -118,6 +121,9 @@ def txn_rate(job: dict[str, Any]) -> dict[str, Any]:
         "seconds": seconds,
         "txns": txns,
         "txn_per_s": txns / seconds,
+        "started_at": started_at,
+        "ended_at": started_at + seconds,
+        "latencies_ms": [round(x * 1000, 3) for x in latencies],
         "p50_ms": pct(0.50),
         "p99_ms": pct(0.99),
         "errors": len(errors),

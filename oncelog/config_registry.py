@@ -252,6 +252,11 @@ _BROKER_KEYS = [
          "often expired transactional ids are removed.", at_least=1),
     _key("transaction.two.phase.commit.enable", B, False, "Allow two-phase-commit "
          "transactions (KIP-939)."),
+    _key("transaction.version", INT, 2, "The transaction.version feature level this broker "
+         "finalizes and advertises in ApiVersions (a finalized feature in Kafka, set with "
+         "kafka-features.sh): 2 is transactions v2 (KIP-890 part 2: Produce v12 adds "
+         "partitions implicitly, the epoch is bumped for every transaction), 1 or 0 keep "
+         "clients on transactions v1 (AddPartitionsToTxn).", at_least=0, at_most=2),
 ]
 
 

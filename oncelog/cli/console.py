@@ -240,23 +240,23 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if args.commit_every and args.transactional_id is None:
         raise CommandError("--commit-every needs --transactional-id", 2)
     timeout = max(1, args.timeout_ms)
-    config: dict[str, Any] = {
+    producer_config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap_server, "client.id": "oncelog-console-producer",
         "acks": args.acks, "compression.type": args.compression_type,
         "delivery.timeout.ms": max(timeout, 1000), "request.timeout.ms": timeout,
         "max.block.ms": timeout, "allow.auto.create.topics": True,
     }
     if args.acks in ("0", "1"):
-        config["enable.idempotence"] = False
+        producer_config["enable.idempotence"] = False
     if args.transactional_id is not None:
-        config["transactional.id"] = args.transactional_id
+        producer_config["transactional.id"] = args.transactional_id
     records = (_json_records(_lines(args), headers) if args.format == "json"
                else _text_records(_lines(args), props, headers))
     with open_admin(argparse.Namespace(bootstrap_server=args.bootstrap_server,
                                        timeout_ms=args.timeout_ms)) as admin:
         if args.topic not in admin.list_topics(internal=True):
             raise CommandError(f"topic {args.topic!r} does not exist")
-    producer = Producer(config)
+    producer = Producer(producer_config)
     try:
         sent = _produce(producer, args, records, timeout / 1000)
     finally:

@@ -30,6 +30,8 @@ from oncelog.protocol.varint import read_uvarint
 
 __all__ = [
     "CLIENT_VERSIONS",
+    "TRANSACTIONS_V1_MAX",
+    "TRANSACTION_VERSION_FEATURE",
     "decode_response",
     "encode_request",
     "negotiate",
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
-    api.PRODUCE: (3, 11),
+    api.PRODUCE: (3, 12),  # v12 only with transactions v2 (BrokerConnection.version)
     api.FETCH: (4, 12),
     api.LIST_OFFSETS: (1, 8),
     api.METADATA: (1, 12),
@@ -57,7 +59,7 @@ CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     api.INIT_PRODUCER_ID: (0, 6),
     api.ADD_PARTITIONS_TO_TXN: (0, 3),
     api.ADD_OFFSETS_TO_TXN: (0, 4),
-    api.END_TXN: (0, 4),
+    api.END_TXN: (0, 5),  # v5 only with transactions v2 (BrokerConnection.version)
     api.TXN_OFFSET_COMMIT: (0, 4),
     api.OFFSET_DELETE: (0, 0),
     api.DESCRIBE_PRODUCERS: (0, 0),
@@ -78,6 +80,13 @@ CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 
 _HEAD = struct.Struct(">ihhih")
 _I32 = struct.Struct(">i")
+
+
+# Transactions v2 (KIP-890 part 2) is spoken only to a broker that finalized the
+# ``transaction.version`` feature at 2 or more; below that the client stays at these versions
+# (as Java's ProduceRequest and EndTxnRequest builders do).
+TRANSACTIONS_V1_MAX: Final[dict[int, int]] = {api.PRODUCE: 11, api.END_TXN: 4}
+TRANSACTION_VERSION_FEATURE: Final = "transaction.version"
 
 
 def negotiate(api_key: int, broker_range: tuple[int, int] | None) -> int | None:

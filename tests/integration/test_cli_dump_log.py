@@ -57,7 +57,10 @@ def test_dump_log_shows_batches_markers_records_and_verifies_crcs(
     assert "baseOffset: 0 lastOffset: 0 count: 1 baseSequence: 0" in data
     assert "isTransactional: true isControl: false" in data
     assert "isTransactional: true isControl: true" in commit
-    assert "baseOffset: 2 lastOffset: 2 count: 1 baseSequence: 1" in aborted
+    # Transactions v2 (the broker's default): each transaction has its own epoch, so the second
+    # one starts again at sequence 0 one epoch up.
+    assert "baseOffset: 2 lastOffset: 2 count: 1 baseSequence: 0" in aborted
+    assert "producerEpoch: 0 " in data and "producerEpoch: 1 " in aborted
     assert "| offset: 0 CreateTime: " in result.stdout
     assert re.search(r"\| offset: 0 CreateTime: \d+ key: k1 payload: kept headers: h:v",
                      result.stdout)

@@ -16,6 +16,7 @@ from oncelog.client.aio import group as group_module
 from oncelog.client.aio.sender import Sender
 from oncelog.client.aio.transaction_manager import TransactionManager
 from oncelog.client.errors import KafkaClientError, TransactionAbortableError
+from tests.conftest import BrokerFactory
 from tests.support.broker import BrokerProcess
 from tests.support.names import unique_group, unique_name, unique_topic
 
@@ -81,9 +82,11 @@ def test_raising_on_delivery_for_a_refused_send_does_not_stop_the_producer(
 
 
 def test_unexpected_error_adding_partitions_makes_the_transaction_abortable(
-    shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+    broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = _new_topic(shared_broker, "add-partitions-bug")
+    # AddPartitionsToTxn is sent only with transactions v1 (v2 adds partitions in Produce).
+    broker = broker_factory(configs={"transaction.version": 1})
+    topic = _new_topic(broker, "add-partitions-bug")
     original = TransactionManager._txn_coordinator_call
     attempts: list[str] = []
 
@@ -96,7 +99,7 @@ def test_unexpected_error_adding_partitions_makes_the_transaction_abortable(
         return await original(self, api_key, build, what, check)
 
     producer = Producer(
-        {"bootstrap.servers": shared_broker.bootstrap, "transactional.id": unique_name("txn")}
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": unique_name("txn")}
     )
     try:
         producer.init_transactions()

@@ -9,15 +9,26 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.broker import BrokerProcess
+from tests.support.kafka import cache_dir
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+# Spark's own Kafka connector, fetched by `make reference` (tests/spark/connector/pom.xml).
+SPARK_KAFKA_VERSION = "4.2.0"
+
+
+def spark_kafka_jars() -> list[Path]:
+    """The connector's jars in the reference cache; empty when `make reference` has not run."""
+    return sorted((cache_dir() / f"spark-kafka-{SPARK_KAFKA_VERSION}").glob("*.jar"))
+
 
 TPC_CONFIGS = {
     "transaction.two.phase.commit.enable": True,
@@ -49,8 +60,15 @@ def tpc_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A ``local[2]`` SparkSession with the ``oncelog`` format registered."""
+    """A ``local[2]`` SparkSession with the ``oncelog`` format registered, and Spark's own
+    ``kafka`` format when its jars are in the cache: jars must be on the JVM's classpath
+    from its start (``ADD JAR`` does not make a data source findable), and one JVM serves
+    every Spark test."""
     from examples.payments.pipeline import build_spark
+
+    jars = spark_kafka_jars()
+    if jars:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(map(str, jars))} pyspark-shell"
 
     session = build_spark("local[2]", shuffle_partitions=2)
     try:

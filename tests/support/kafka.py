@@ -10,24 +10,37 @@ started`` and the listener accepts connections.
 
 Used by the ``kafka_factory`` / ``kafka_broker`` fixtures (tests/conftest.py) and by the
 benchmark (bench/brokers.py): both start the JVM through this class. ``run_harness`` runs
-one of the Java harness programs (tests/java/harness, kafka-clients 4.4).
+one of the Java harness programs (tests/java/harness, kafka-clients 4.4). ``JavaClient``
+runs a long-lived program of the streams module (tests/java/streams: Kafka Streams 4.3.1
+and kafka-tools 4.3.1's system-test tools, with their own kafka-clients 4.3.x) and collects
+the JSON lines it prints.
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
+import contextlib
+import json
 import os
 import re
 import shutil
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.support.net import LOOPBACK, free_port, wait_for_port
 from tests.support.process import ServerProcess, ServerStartError, ServerStopError
 
 KAFKA_VERSION = "4.4.0"
+# kafka-tools (TransactionsCommand, ...) and kafka-streams: 4.4.0 is not on Maven Central
+# here, 4.3.1 is.
+KAFKA_TOOLS_VERSION = "4.3.1"
+STREAMS_VERSION = "4.3.1"
 REPO = Path(__file__).resolve().parents[2]
 READY = re.compile(r"\[KafkaRaftServer nodeId=(\d+)\] Kafka Server started")
 LOG4J2_CONFIG = REPO / "tests" / "java" / "broker" / "log4j2.properties"
@@ -104,14 +117,46 @@ def broker_classpath() -> str:
     return _classpath(cache_dir() / f"kafka-{KAFKA_VERSION}" / "libs")
 
 
-def harness_classpath() -> str:
-    harness = cache_dir() / f"harness-{KAFKA_VERSION}"
-    jar = harness / "oncelog-harness.jar"
+def _module_classpath(directory: str, jar_name: str, what: str) -> str:
+    """A built module of tests/java: its jar first, then the libs/ copied next to it."""
+    module = cache_dir() / directory
+    jar = module / jar_name
     if not jar.is_file():
-        raise ReferenceKafkaMissing(
-            f"the Java harness is not built ({jar} is missing): run `make reference`"
-        )
-    return _classpath(harness / "libs", first=[jar])
+        raise ReferenceKafkaMissing(f"{what} is not built ({jar} is missing): run `make reference`")
+    return _classpath(module / "libs", first=[jar])
+
+
+def harness_classpath() -> str:
+    return _module_classpath(f"harness-{KAFKA_VERSION}", "oncelog-harness.jar", "the Java harness")
+
+
+def streams_classpath() -> str:
+    """The streams module: oncelog-streams.jar, Kafka Streams and kafka-tools 4.3.1."""
+    return _module_classpath(f"streams-{STREAMS_VERSION}", "oncelog-streams.jar",
+                             "the Kafka Streams module")
+
+
+def tools_classpath() -> str:
+    """kafka-tools and its runtime dependencies (tests/java/tools), built by fetch_kafka.sh."""
+    return _classpath(cache_dir() / f"tools-{KAFKA_TOOLS_VERSION}" / "libs")
+
+
+def run_kafka_tool(
+    main_class: str, *args: str, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run one of Kafka's own tools (``org.apache.kafka.tools.<main_class>``, kafka-tools
+    4.3.1) as its shell script would, and wait for it."""
+    argv = [str(java_binary()), *HARNESS_JVM_OPTS, "-cp", tools_classpath(),
+            f"org.apache.kafka.tools.{main_class}", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                          stdin=subprocess.DEVNULL)
+
+
+def harness_argv(main_class: str, *args: str) -> list[str]:
+    """The command line of ``oncelog.harness.<main_class>`` (for tests that start it
+    themselves, e.g. to kill it)."""
+    return [str(java_binary()), *HARNESS_JVM_OPTS, "-cp", harness_classpath(),
+            f"oncelog.harness.{main_class}", *args]
 
 
 def require_reference() -> None:
@@ -126,10 +171,112 @@ def run_harness(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``oncelog.harness.<main_class>`` with kafka-clients 4.4 (``input`` on its stdin)
     and wait for it."""
-    argv = [str(java_binary()), *HARNESS_JVM_OPTS, "-cp", harness_classpath(),
-            f"oncelog.harness.{main_class}", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                          input=input, stdin=None if input is not None else subprocess.DEVNULL)
+    return subprocess.run(harness_argv(main_class, *args), capture_output=True, text=True,
+                          timeout=timeout, check=False, input=input,
+                          stdin=None if input is not None else subprocess.DEVNULL)
+
+
+Json = dict[str, Any]
+
+
+class JavaClient:
+    """One long-lived JVM of the streams module (``main_class``, fully qualified, e.g.
+    ``oncelog.streams.RunningTotals`` or ``org.apache.kafka.tools.VerifiableProducer``).
+
+    Every stdout line that parses as a JSON object is kept in ``lines`` (a reader thread);
+    stderr (the clients' WARN logs) goes to ``log_path``. ``wait_for`` polls the lines
+    collected so far; ``kill()`` is SIGKILL, ``stop()`` SIGTERM (the JVM's shutdown hooks
+    run). Killed at interpreter exit if still running.
+    """
+
+    def __init__(self, main_class: str, *args: str, log_path: Path,
+                 jvm_opts: Sequence[str] = HARNESS_JVM_OPTS) -> None:
+        self.argv = [str(java_binary()), *jvm_opts, "-cp", streams_classpath(),
+                     main_class, *args]
+        self.log_path = log_path
+        self.lines: list[Json] = []
+        self._lock = threading.Lock()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"===== {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE, stderr=log, text=True)
+        _LIVE_CLIENTS.add(self)
+        self._reader = threading.Thread(target=self._read, name=f"stdout-{main_class}",
+                                        daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            with contextlib.suppress(ValueError):
+                line = json.loads(raw)
+                if isinstance(line, dict):
+                    with self._lock:
+                        self.lines.append(line)
+
+    def snapshot(self) -> list[Json]:
+        with self._lock:
+            return list(self.lines)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll()
+
+    def wait_for(self, predicate: Callable[[list[Json]], bool], timeout: float,
+                 what: str) -> list[Json]:
+        """Poll until ``predicate(lines)`` holds; AssertionError (with stderr) otherwise,
+        also when the process exits first without it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.snapshot()
+            if predicate(lines):
+                return lines
+            exited = self._proc.poll()
+            if exited is not None:
+                self._reader.join(5)
+                lines = self.snapshot()
+                if predicate(lines):
+                    return lines
+            if exited is not None or time.monotonic() >= deadline:
+                state = f"exited with {exited}" if exited is not None else f"after {timeout}s"
+                raise AssertionError(f"{self.argv[-1]}...: no {what} ({state}); last lines "
+                                     f"{lines[-3:]}\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the program to exit by itself; returns its exit code."""
+        code = self._proc.wait(timeout)
+        self._reader.join(5)
+        _LIVE_CLIENTS.discard(self)
+        return code
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM and wait; the JVM's 143 (128 + SIGTERM, after its shutdown hooks ran) is
+        a clean stop and returned as 0, as ``KafkaProcess.stop`` does."""
+        if self._proc.poll() is None:
+            self._proc.terminate()
+        code = self.wait(timeout)
+        return 0 if code == _SIGTERM_EXIT else code
+
+    def kill(self) -> int:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        return self.wait(30)
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+_LIVE_CLIENTS: set[JavaClient] = set()
+
+
+@atexit.register
+def _kill_clients() -> None:
+    for client in list(_LIVE_CLIENTS):
+        client.kill()
 
 
 def describe(jvm_opts: Sequence[str] = BROKER_JVM_OPTS) -> str:

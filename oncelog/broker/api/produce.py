@@ -20,7 +20,7 @@ from oncelog.records.validate import validate_batches
 log = logging.getLogger(__name__)
 
 
-@handles(versions.PRODUCE, 3, 11)
+@handles(versions.PRODUCE, 3, 12)
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     registry = ctx.services.partitions
     mod = response_module(versions.PRODUCE, ctx.api_version)
@@ -69,7 +69,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                         raise KafkaError(ErrorCode.invalid_record,
                                          _record_errors_message(record_errors))
                 if headers[0].is_transactional:
-                    verify_transaction(ctx, request.transactional_id, name, pdata.index, headers[0])
+                    await add_or_verify_transaction(
+                        ctx, request.transactional_id, name, pdata.index, headers[0]
+                    )
                 result = partition.append(buf, headers)
                 base_offset = result.base_offset
                 append_time = result.log_append_time
@@ -127,7 +129,7 @@ def _record_errors_message(errors: list[tuple[int, str]]) -> str:
     )
 
 
-def verify_transaction(
+async def add_or_verify_transaction(
     ctx: RequestContext,
     transactional_id: str | None,
     topic: str,
@@ -135,25 +137,40 @@ def verify_transaction(
     header: BatchHeader,
 ) -> None:
     """Transactional data must belong to the ongoing transaction of exactly this producer id
-    and epoch, and that transaction must have added this partition (KIP-890 part 1):
-    otherwise a late or zombie write could land outside any transaction, or inside one its
-    writer no longer owns. The coordinator's answer is translated as Kafka's
-    AddPartitionsToTxnManager does for produce: PRODUCER_FENCED becomes
-    INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE becomes INVALID_TXN_STATE."""
+    and epoch, and that transaction must hold this partition: otherwise a late or zombie
+    write could land outside any transaction, or inside one its writer no longer owns.
+
+    Produce v12 (transactions v2, KIP-890 part 2) adds the partition itself: the broker
+    asks the coordinator to add it (AddPartitionsToTxn's rules: the epoch must be the
+    client's current one) before appending. Below v12 the partition must already be in the
+    transaction (KIP-890 part 1 verification). The request version decides, not the
+    finalized ``transaction.version``: Kafka 4.4 at level 1 adds on Produce v12 too
+    (tests/integration/test_txn_v2_differential.py); clients only send v12 at level 2.
+
+    The coordinator's answer is translated as Kafka's AddPartitionsToTxnManager does for
+    produce: PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH; TRANSACTION_ABORTABLE stays
+    from v11 (clients that know it) and becomes INVALID_TXN_STATE below."""
     if not transactional_id:
         raise KafkaError(
             ErrorCode.invalid_txn_state,
             f"transactional batch of producer {header.producer_id} without a transactional id",
         )
     tp = (topic, partition)
-    code = ctx.services.transactions.verify_partitions(
-        transactional_id, header.producer_id, header.producer_epoch, [tp]
-    )[tp]
+    coordinator = ctx.services.transactions
+    if ctx.api_version >= 12:
+        answers = await coordinator.handle_add_partitions(
+            transactional_id, header.producer_id, header.producer_epoch, [tp]
+        )
+    else:
+        answers = coordinator.verify_partitions(
+            transactional_id, header.producer_id, header.producer_epoch, [tp]
+        )
+    code = answers[tp]
     if code is ErrorCode.none:
         return
     if code is ErrorCode.producer_fenced:
         code = ErrorCode.invalid_producer_epoch
-    elif code is ErrorCode.transaction_abortable:
+    elif code is ErrorCode.transaction_abortable and ctx.api_version < 11:
         code = ErrorCode.invalid_txn_state
     raise KafkaError(
         code,

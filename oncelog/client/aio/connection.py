@@ -25,6 +25,8 @@ from oncelog.client.errors import (
 )
 from oncelog.client.wire import (
     CLIENT_VERSIONS,
+    TRANSACTION_VERSION_FEATURE,
+    TRANSACTIONS_V1_MAX,
     decode_response,
     encode_request,
     negotiate,
@@ -62,6 +64,8 @@ class BrokerConnection:
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
         self.broker_versions: dict[int, tuple[int, int]] = {}
+        # The broker's finalized ``transaction.version`` (ApiVersions v3+; 0 when absent).
+        self.transaction_version = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._read_task: asyncio.Task[None] | None = None
@@ -122,6 +126,11 @@ class BrokerConnection:
             self.broker_versions = {
                 int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
             }
+            self.transaction_version = max(
+                (int(f.max_version_level) for f in getattr(response, "finalized_features", ())
+                 if f.name == TRANSACTION_VERSION_FEATURE),
+                default=0,
+            )
             return
         await self.close("ApiVersions negotiation failed")
         raise UnsupportedVersionError(f"{self.host}:{self.port} refused every ApiVersions version")
@@ -152,14 +161,23 @@ class BrokerConnection:
 
     # ---------------------------------------------------------------- requests
 
+    @property
+    def transactions_v2(self) -> bool:
+        """The broker finalized transactions v2 (KIP-890 part 2): Produce v12 adds partitions
+        to the transaction and EndTxn v5 bumps the epoch of every transaction."""
+        return self.transaction_version >= 2
+
     def version(self, api_key: int) -> int:
-        """The version to use for ``api_key``; UnsupportedVersionError if none fits."""
+        """The version to use for ``api_key``; UnsupportedVersionError if none fits. Produce
+        and EndTxn stay below their transactions v2 versions unless the broker finalized it."""
         chosen = negotiate(api_key, self.broker_versions.get(api_key))
         if chosen is None:
             raise UnsupportedVersionError(
                 f"broker {self.host}:{self.port} serves api {api_key} in versions "
                 f"{self.broker_versions.get(api_key)}, client needs {CLIENT_VERSIONS.get(api_key)}"
             )
+        if not self.transactions_v2 and api_key in TRANSACTIONS_V1_MAX:
+            chosen = min(chosen, TRANSACTIONS_V1_MAX[api_key])
         return chosen
 
     def supports(self, api_key: int) -> bool:

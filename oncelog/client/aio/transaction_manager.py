@@ -204,9 +204,27 @@ class TransactionManager(IdempotenceManager):
             return
         self._add_partitions_task = asyncio.get_running_loop().create_task(self._add_partitions())
 
+    async def _transactions_v2(self) -> bool:
+        """Does the transaction coordinator speak transactions v2 (KIP-890 part 2)? Then
+        Produce v12 adds partitions to the transaction and no AddPartitionsToTxn is sent."""
+        assert self.transactional_id is not None
+        node = await self.client.find_coordinator(COORDINATOR_TRANSACTION, self.transactional_id)
+        return (await self.client.connection(node)).transactions_v2
+
     async def _add_partitions(self) -> None:
         tps = sorted(self.pending_partitions)
         if not tps:
+            return
+        try:
+            implicit = await self._transactions_v2()
+        except Exception:
+            implicit = False  # the AddPartitionsToTxn path below reports the failure
+        if implicit:
+            self.pending_partitions.difference_update(tps)
+            self._txn_partitions.update(tps)
+            self.queue.wakeup()
+            logger.debug("producer %r: %s join the transaction with Produce v12",
+                         self.transactional_id, tps)
             return
 
         def build(version: int) -> Any:
@@ -404,6 +422,12 @@ class TransactionManager(IdempotenceManager):
             def check(response: Any) -> None:
                 code = ErrorCode(response.error_code)
                 if code == ErrorCode.none:
+                    if getattr(response, "producer_epoch", -1) >= 0:
+                        # EndTxn v5 (transactions v2): the epoch is bumped for every
+                        # transaction, or a new producer id given when it is exhausted.
+                        self._set_producer_id(
+                            int(response.producer_id), int(response.producer_epoch)
+                        )
                     return
                 exc = txn_error(code, what)
                 if not commit and isinstance(exc, AbortableError):

@@ -5,7 +5,12 @@ the state machine in ``state.py``, per-id metadata and transitions in ``metadata
 ``decisions.py``, the cache, log appends, loading and sweeps in ``state_manager.py``, and the
 marker retry loop with its error classifier in ``marker_channel.py``."""
 
-from oncelog.coordinator.transaction.coordinator import OFFSETS_TOPIC, TransactionCoordinator
+from oncelog.coordinator.transaction.coordinator import (
+    MAX_TRANSACTION_VERSION,
+    OFFSETS_TOPIC,
+    TRANSACTION_VERSION_FEATURE,
+    TransactionCoordinator,
+)
 from oncelog.coordinator.transaction.marker_channel import (
     MarkerOutcome,
     MarkerWriter,
@@ -33,8 +38,10 @@ from oncelog.coordinator.transaction.state_manager import (
 from oncelog.coordinator.transaction.store import InMemoryTxnLogStore, TxnLogStore
 
 __all__ = [
+    "MAX_TRANSACTION_VERSION",
     "OFFSETS_TOPIC",
     "TRANSACTION_STATE_TOPIC",
+    "TRANSACTION_VERSION_FEATURE",
     "DescribedTransaction",
     "EndTxnResult",
     "InMemoryTxnLogStore",

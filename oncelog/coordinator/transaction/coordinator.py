@@ -66,6 +66,11 @@ logger = logging.getLogger(__name__)
 
 _S = TransactionState
 
+# The finalized feature of KIP-890 part 2, as Kafka advertises it in ApiVersions: supported
+# 0..2; level 2 is transactions v2 (Produce v12 adds partitions, an epoch bump per EndTxn).
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+MAX_TRANSACTION_VERSION = 2
+
 
 class TransactionCoordinator:
     def __init__(
@@ -97,6 +102,22 @@ class TransactionCoordinator:
         self._two_phase_commit_enabled = bool(config["transaction.two.phase.commit.enable"])
         self._running = asyncio.Event()
         self._timed_out_aborts = 0
+        self._transaction_version = int(config["transaction.version"])
+        # Clients keep the features of the highest epoch they saw: the start time moves it
+        # past any earlier run of this broker, whose level may have been different.
+        self._features_epoch = clock.now_ms()
+
+    # ------------------------------------------------------------------- features
+
+    @property
+    def transaction_version(self) -> int:
+        """The finalized ``transaction.version`` level (``transaction.version`` config)."""
+        return self._transaction_version
+
+    @property
+    def features_epoch(self) -> int:
+        """The epoch of the finalized features this broker advertises (always >= 0)."""
+        return self._features_epoch
 
     # ------------------------------------------------------------------- placement
 

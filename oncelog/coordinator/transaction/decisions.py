@@ -86,11 +86,14 @@ def decide_end(
     state = md.state
     client = md.client_identity()
     ended_v2 = md.client_transaction_version >= TV_EPOCH_BUMP
+    tv2 = client_version >= TV_EPOCH_BUMP
     # A retried EndTxn of transactions v2: the client still has the identity it ended
-    # the transaction with (it never got the answer carrying its new one).
+    # the transaction with (it never got the answer carrying its new one). Only a v2
+    # request can be that retry (Kafka 4.4): an EndTxn below v5 at the old epoch is fenced.
     is_retry = (
         (state.is_prepared or state.is_complete)
         and ended_v2
+        and tv2
         and (producer_id, producer_epoch) == (md.prev_producer_id, md.last_producer_epoch)
     )
     if producer_id != client[0] and not is_retry:
@@ -101,14 +104,15 @@ def decide_end(
         raise KafkaError(ErrorCode.concurrent_transactions, "a transition is in progress")
     wants = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
     done = _S.COMPLETE_COMMIT if commit else _S.COMPLETE_ABORT
-    tv2 = client_version >= TV_EPOCH_BUMP
 
     if state is _S.ONGOING:
         new_id = NO_PRODUCER_ID
         if tv2 and is_epoch_exhausted(client[1]):
             new_id = new_producer_id()
         return md.prepare_end(commit, now, client_version, new_id)
-    if state.is_complete and (is_retry or not ended_v2):
+    # A v1 retry is one at the current epoch; a v2 request is a retry only at the old
+    # identity (at the current epoch it would end a transaction that never began).
+    if state.is_complete and (is_retry or not (tv2 or ended_v2)):
         if state is done:
             return EndTxnResult(ErrorCode.none, md.producer_id, md.producer_epoch)
         raise KafkaError(ErrorCode.invalid_txn_state, f"already {state.wire_name}")

@@ -487,6 +487,61 @@ def test_transactions_v2_bump_the_epoch_every_transaction(tmp_path: Path) -> Non
     run(env, body)
 
 
+def test_only_a_v2_end_txn_is_a_retry_at_the_old_epoch(tmp_path: Path) -> None:
+    """Kafka 4.4: after a v2 commit, EndTxn v4 at the epoch the transaction ended with is
+    fenced (PRODUCER_FENCED), not a retry; only EndTxn v5 is recognised as the retry."""
+    env = make_env(tmp_path)
+
+    async def body() -> None:
+        pid, epoch = await begin(env, [A0])
+        ended = await env.coord.handle_end_txn(TXN, pid, epoch, True, client_version=2)
+        assert (ended.error, ended.producer_epoch) == (E.none, epoch + 1)
+        for commit in (True, False):
+            v1 = await env.coord.handle_end_txn(TXN, pid, epoch, commit, client_version=0)
+            assert v1.error is E.producer_fenced
+        v2 = await env.coord.handle_end_txn(TXN, pid, epoch, True, client_version=2)
+        assert (v2.error, v2.producer_epoch) == (E.none, epoch + 1)
+
+    run(env, body)
+
+
+def test_v2_end_txn_commit_of_a_completed_v1_transaction_is_invalid(tmp_path: Path) -> None:
+    """Kafka 4.4: a v1 commit retried at the same epoch is answered NONE, but EndTxn v5
+    (transactions v2) commit at that epoch is INVALID_TXN_STATE: no transaction began."""
+    env = make_env(tmp_path)
+
+    async def body() -> None:
+        pid, epoch = await begin(env, [A0])
+        ended = await env.coord.handle_end_txn(TXN, pid, epoch, True)
+        assert (ended.error, ended.producer_epoch) == (E.none, epoch)
+        v1 = await env.coord.handle_end_txn(TXN, pid, epoch, True)
+        assert v1.error is E.none
+        v2 = await env.coord.handle_end_txn(TXN, pid, epoch, True, client_version=2)
+        assert v2.error is E.invalid_txn_state
+
+    run(env, body)
+
+
+def test_transactions_v2_next_transaction_adds_at_the_bumped_epoch(tmp_path: Path) -> None:
+    """What Produce v12 does: the next transaction's partitions are added at the epoch
+    EndTxn v5 answered; the markers of the second transaction carry one more."""
+    env = make_env(tmp_path)
+
+    async def body() -> None:
+        pid, epoch = await begin(env, [A0])
+        first = await env.coord.handle_end_txn(TXN, pid, epoch, True, client_version=2)
+        assert await env.coord.handle_add_partitions(TXN, pid, first.producer_epoch, [B0]) == {
+            B0: E.none
+        }
+        second = await env.coord.handle_end_txn(
+            TXN, pid, first.producer_epoch, False, client_version=2
+        )
+        assert (second.error, second.producer_epoch) == (E.none, epoch + 2)
+        assert env.markers.written == [(A0, True, pid, epoch + 1), (B0, False, pid, epoch + 2)]
+
+    run(env, body)
+
+
 def test_transactions_v2_epoch_overflow_moves_to_a_new_producer_id(tmp_path: Path) -> None:
     env = make_env(tmp_path, load=False)
     old_epoch = MAX_PRODUCER_EPOCH - 1

@@ -65,6 +65,14 @@ import org.apache.kafka.common.config.ConfigResource;
  * <li>describeConfigs {"resources": [{"type": "TOPIC"|"BROKER", "name"}]}</li>
  * <li>incrementalAlterConfigs {"resources": [{"type", "name", "ops": [{"name", "value",
  *     "op": "SET"|"DELETE"|"APPEND"|"SUBTRACT"}]}]}</li>
+ * <li>listTransactions {"states"?: [name...], "producerIds"?: [id...], "durationMs"?: n,
+ *     "pattern"?: regex}</li>
+ * <li>describeTransactions {"ids": [transactional id...]}</li>
+ * <li>describeProducers {"partitions": [[t, p]...]}</li>
+ * <li>abortTransaction {"topic", "partition", "producerId", "producerEpoch",
+ *     "coordinatorEpoch"}</li>
+ * <li>fenceProducers {"ids": [transactional id...]}</li>
+ * <li>forceTerminateTransaction {"id"} (KIP-939's Admin.forceTerminateTransaction)</li>
  * </ul>
  * stdout: one JSON list with one {"op", "ok": true, "result"} or {"op", "ok": false,
  * "error": {"class", "message"}} per operation. Where an operation answers per key (topic,
@@ -137,6 +145,12 @@ public final class AdminProbe {
             case "deleteRecords" -> deleteRecords(admin, op);
             case "describeConfigs" -> describeConfigs(admin, op);
             case "incrementalAlterConfigs" -> incrementalAlterConfigs(admin, op);
+            case "listTransactions" -> TxnAdmin.listTransactions(admin, op);
+            case "describeTransactions" -> TxnAdmin.describeTransactions(admin, op);
+            case "describeProducers" -> TxnAdmin.describeProducers(admin, op);
+            case "abortTransaction" -> TxnAdmin.abortTransaction(admin, op);
+            case "fenceProducers" -> TxnAdmin.fenceProducers(admin, op);
+            case "forceTerminateTransaction" -> TxnAdmin.forceTerminateTransaction(admin, op);
             default -> throw new IllegalArgumentException("unknown operation " + name);
         };
     }
@@ -147,7 +161,7 @@ public final class AdminProbe {
         Object apply(T value) throws Exception;
     }
 
-    private static <T> T get(KafkaFuture<T> future) throws Exception {
+    static <T> T get(KafkaFuture<T> future) throws Exception {
         try {
             return future.get(TIMEOUT_S, TimeUnit.SECONDS);
         } catch (ExecutionException e) {
@@ -155,7 +169,7 @@ public final class AdminProbe {
         }
     }
 
-    private static <K, T> Map<String, Object> perKey(Map<K, KafkaFuture<T>> futures,
+    static <K, T> Map<String, Object> perKey(Map<K, KafkaFuture<T>> futures,
                                                      Render<T> render) {
         Map<String, Object> out = new LinkedHashMap<>();
         for (Map.Entry<K, KafkaFuture<T>> entry : futures.entrySet()) {
@@ -212,7 +226,7 @@ public final class AdminProbe {
 
     // -- arguments ---------------------------------------------------------------------------
 
-    private static List<String> strings(Object value) {
+    static List<String> strings(Object value) {
         List<String> out = new ArrayList<>();
         for (Object o : (List<?>) value) {
             out.add(String.valueOf(o));
@@ -228,11 +242,11 @@ public final class AdminProbe {
         return out;
     }
 
-    private static int integer(Map<?, ?> map, String key) {
+    static int integer(Map<?, ?> map, String key) {
         return ((Number) map.get(key)).intValue();
     }
 
-    private static TopicPartition partition(Object value) {
+    static TopicPartition partition(Object value) {
         List<?> pair = (List<?>) value;
         return new TopicPartition(String.valueOf(pair.get(0)), ((Number) pair.get(1)).intValue());
     }

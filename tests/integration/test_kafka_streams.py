@@ -1,0 +1,164 @@
+"""Kafka Streams 4.3 with ``processing.guarantee=exactly_once_v2`` against ``oncelog serve``.
+
+The topology (tests/java/streams, ``oncelog.streams.RunningTotals``) reads
+``key=account, value=amount``, re-keys by group (a repartition topic Streams creates and
+purges with DeleteRecords), sums per group in the state store ``totals`` (a changelog topic
+with ``cleanup.policy=compact``) and writes every update as ``key=group,
+value="<count>,<sum>"``. The record cache is off, so each input record yields exactly one
+output record.
+
+Mid-run the broker is ``kill -9``'d and restarted, and later the Streams JVM is ``kill -9``'d
+and started again (its EOS state store is then rebuilt from the changelog). Afterwards the
+output, read read_committed, must be exactly what one failure-free run would give: for each
+group the counts 1, 2, ..., n (every input counted once: no gap, no repeat) and the final
+sum of that group's amounts. The broker must not have refused any of Streams' requests.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from txn_clients import ConfluentTxnClient
+
+from tests.support.broker import BrokerProcess
+from tests.support.kafka import JavaClient
+from tests.support.names import unique_name, unique_topic
+
+PARTITIONS = 2
+GROUPS = 5
+ACCOUNTS = 40
+RECORDS = 2000
+
+# The broker logs a refused or failed request (a closed connection, a handler error, a
+# refused marker, a failed offset commit) at WARNING or ERROR; a clean run logs neither.
+PROBLEM = re.compile(r"^\S+ \S+ (WARNING|ERROR) ")
+
+
+def _account(i: int) -> str:
+    return f"a{i % ACCOUNTS}"
+
+
+def _amount(i: int) -> int:
+    return i % 97 + 1
+
+
+def _group(account: str) -> str:
+    return f"g{int(account[1:]) % GROUPS}"
+
+
+def _produce(bootstrap: str, topic: str, numbers: range, *, chunk: int | None = None,
+             pause: float = 0.0) -> None:
+    """Produce ``numbers`` idempotently, ``chunk`` records at a time with ``pause`` seconds
+    between chunks (pacing: input keeps arriving while the app is killed and restarted)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5})
+    errors: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, msg: Message[bytes, bytes]) -> None:
+        if err is not None:
+            errors.append(err)
+
+    step = chunk or len(numbers)
+    for start in range(numbers.start, numbers.stop, step):
+        for i in range(start, min(start + step, numbers.stop)):
+            producer.produce(topic, key=_account(i).encode(), value=str(_amount(i)).encode(),
+                             on_delivery=on_delivery)
+        assert producer.flush(30) == 0 and errors == []
+        time.sleep(pause)
+
+
+def _running(app: JavaClient) -> None:
+    app.wait_for(lambda lines: {"state": "RUNNING"} in lines, 120, "state RUNNING")
+
+
+def _purged(bootstrap: str, topic: str) -> int:
+    """Records Streams deleted (DeleteRecords) from the start of ``topic``'s partitions."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0]
+                   for p in range(PARTITIONS))
+    finally:
+        consumer.close()
+
+
+def _committed_output(client: ConfluentTxnClient, topic: str) -> int:
+    """Offsets below the output's LSO, over all partitions (records and markers)."""
+    return sum(client.latest_offsets(topic, PARTITIONS, committed=True).values())
+
+
+def _wait_output(client: ConfluentTxnClient, topic: str, at_least: int, app: JavaClient) -> None:
+    app.wait_for(lambda lines: _committed_output(client, topic) >= at_least, 120,
+                 f"{at_least} committed output offsets")
+
+
+def test_streams_exactly_once_v2_survives_broker_and_app_kills(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    source, sink = unique_topic("streams-in"), unique_topic("streams-out")
+    client = ConfluentTxnClient(broker.bootstrap)
+    app_args = (broker.bootstrap, unique_name("totals"), source, sink,
+                str(tmp_path / "state"), str(GROUPS))
+    app: JavaClient | None = None
+    try:
+        client.create_topic(source, PARTITIONS)
+        client.create_topic(sink, PARTITIONS)
+        # The input arrives paced (about 10 s) so both kills fall while it is still flowing.
+        feeder = threading.Thread(target=_produce, name="input", kwargs=dict(
+            bootstrap=broker.bootstrap, topic=source, numbers=range(RECORDS),
+            chunk=RECORDS // 40, pause=0.25))
+        feeder.start()
+        app = JavaClient("oncelog.streams.RunningTotals", *app_args,
+                         log_path=tmp_path / "streams.log")
+        _running(app)
+        _wait_output(client, sink, RECORDS // 5, app)
+        assert feeder.is_alive(), "the input was all written before the broker's kill"
+        broker.restart(kill=True)
+        _wait_output(client, sink, RECORDS // 2, app)
+        assert feeder.is_alive(), "the input was all written before the app's kill"
+        app.kill()
+        errors = [line for line in app.snapshot() if "error" in line]
+
+        app = JavaClient("oncelog.streams.RunningTotals", *app_args,
+                         log_path=tmp_path / "streams.log")
+        _running(app)
+        feeder.join(60)
+        assert not feeder.is_alive(), "the input was not all written within 60 s"
+        output = client.read(sink, PARTITIONS, committed=True, expect=RECORDS,
+                             timeout=120, settle=1.0)
+        errors += [line for line in app.snapshot() if "error" in line]
+        # Streams purges what it consumed from its repartition topic (repartition.purge.
+        # interval.ms is 1 s in RunningTotals) with DeleteRecords.
+        repartition = f"{app_args[1]}-by-group-repartition"
+        app.wait_for(lambda lines: _purged(broker.bootstrap, repartition) > 0, 60,
+                     f"DeleteRecords on {repartition}")
+        assert app.stop() == 0, app.log_tail()
+    finally:
+        if app is not None:
+            app.kill()
+        client.close()
+
+    counts: dict[str, list[int]] = defaultdict(list)
+    sums: dict[str, int] = {}
+    for record in sorted(output, key=lambda r: (r.partition, r.offset)):
+        assert record.key is not None and record.value is not None
+        count, total = map(int, record.value.decode().split(","))
+        counts[record.key.decode()].append(count)
+        sums[record.key.decode()] = total
+    numbers = range(RECORDS)
+    expected_counts = Counter(_group(_account(i)) for i in numbers)
+    expected_sums: Counter[str] = Counter()
+    for i in numbers:
+        expected_sums[_group(_account(i))] += _amount(i)
+    assert {g: c for g, c in counts.items()} == {
+        g: list(range(1, n + 1)) for g, n in expected_counts.items()
+    }
+    assert sums == dict(expected_sums)
+    assert len(output) == RECORDS
+    assert errors == [], errors
+    problems = [line for line in broker.log_text().splitlines() if PROBLEM.match(line)]
+    assert problems == [], problems[:10]
