@@ -10,8 +10,8 @@
   partition's [earliest, latest] are clamped into it.
 - ``delete GROUP...``: delete empty groups and their offsets.
 
-The group APIs the client library does not wrap (ListGroups, DescribeGroups, DeleteGroups,
-OffsetFetch of all a group's partitions) are sent here on the Admin client's connections.
+Everything goes through ``oncelog.client.Admin`` (list/describe/delete_consumer_groups,
+list_consumer_group_offsets, list_offsets); committing new offsets uses a Consumer.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import argparse
 import datetime
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from oncelog.cli.common import (
     CommandError,
@@ -31,23 +29,15 @@ from oncelog.cli.common import (
     print_table,
     run_command,
 )
-from oncelog.client import Admin, Consumer, TopicPartition
-from oncelog.client.aio.client import COORDINATOR_GROUP, KafkaClient
-from oncelog.client.assignors import decode_assignment
-from oncelog.client.errors import KafkaClientError, error_for
-from oncelog.client.wire import nested, request
+from oncelog.client import Admin, Consumer, ConsumerGroupDescription, OffsetSpec, TopicPartition
+from oncelog.client.errors import KafkaClientError
 from oncelog.errors import ErrorCode
-from oncelog.protocol import versions as api
 
 DESCRIBE_HEADERS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                     "CONSUMER-ID", "HOST", "CLIENT-ID")
 MEMBERS_HEADERS = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
 RESET_HEADERS = ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
 INACTIVE_STATES = ("Empty", "Dead")
-# Versions these group APIs are sent in (oncelog serves them all; so does Kafka 2.4+).
-LIST_GROUPS_VERSION = 4
-DESCRIBE_GROUPS_VERSION = 5
-DELETE_GROUPS_VERSION = 2
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -98,113 +88,28 @@ def run(args: argparse.Namespace) -> int:
     return run_command(args, args.handler, f"groups {args.groups_command}")
 
 
-# ------------------------------------------------------------------------------ protocol
+# ------------------------------------------------------------------------------ lookups
 
-@dataclass(frozen=True)
-class Member:
-    member_id: str
-    client_id: str
-    host: str
-    partitions: tuple[TopicPartition, ...]
-
-
-@dataclass(frozen=True)
-class Group:
-    group_id: str
-    state: str
-    protocol_type: str
-    members: tuple[Member, ...]
-
-
-def _client(admin: Admin) -> KafkaClient:
-    return admin._core.client
-
-
-async def _send(client: KafkaClient, node: int, body: Any) -> Any:
-    conn = await client.connection(node)
-    return await conn.send(body)
-
-
-async def _list(client: KafkaClient) -> list[tuple[str, str]]:
-    await client.refresh_metadata()
-    found: dict[str, str] = {}
-    for node in sorted(client.metadata.brokers):
-        body = request(api.LIST_GROUPS, LIST_GROUPS_VERSION, states_filter=())
-        response = await _send(client, node, body)
-        if ErrorCode(response.error_code) != ErrorCode.none:
-            raise error_for(ErrorCode(response.error_code), f"ListGroups at broker {node}")
-        for g in response.groups:
-            if g.protocol_type in ("consumer", ""):
-                found[g.group_id] = g.group_state
-    return sorted(found.items())
-
-
-async def _coordinator(client: KafkaClient, group_id: str) -> int:
-    return await client.find_coordinator(COORDINATOR_GROUP, group_id)
-
-
-async def _describe(client: KafkaClient, group_id: str) -> Group:
-    node = await _coordinator(client, group_id)
-    body = request(api.DESCRIBE_GROUPS, DESCRIBE_GROUPS_VERSION, groups=(group_id,),
-                   include_authorized_operations=False)
-    described = (await _send(client, node, body)).groups[0]
-    code = ErrorCode(described.error_code)
-    if code != ErrorCode.none:
-        raise error_for(code, f"DescribeGroups {group_id}")
-    members = []
-    for m in described.members:
-        try:
-            owned = tuple(decode_assignment(m.member_assignment)) if m.member_assignment else ()
-        except Exception:  # not the consumer protocol: nothing to show
-            owned = ()
-        members.append(Member(m.member_id, m.client_id, m.client_host, owned))
-    return Group(group_id, described.group_state, described.protocol_type, tuple(members))
-
-
-async def _committed(client: KafkaClient, group_id: str) -> dict[TopicPartition, int]:
-    node = await _coordinator(client, group_id)
-
-    def build(version: int) -> Any:
-        if version >= 8:
-            group = nested(api.OFFSET_FETCH, version, "OffsetFetchRequestGroup",
-                           group_id=group_id, topics=None)
-            return request(api.OFFSET_FETCH, version, groups=(group,), require_stable=False)
-        return request(api.OFFSET_FETCH, version, group_id=group_id, topics=None)
-
-    response = await client.call(node, api.OFFSET_FETCH, build)
-    if hasattr(response, "groups"):
-        code, topics = ErrorCode(response.groups[0].error_code), response.groups[0].topics
-    else:
-        code, topics = ErrorCode(getattr(response, "error_code", 0)), response.topics
-    if code != ErrorCode.none:
-        raise error_for(code, f"OffsetFetch {group_id}")
-    return {
-        TopicPartition(t.name, int(p.partition_index)): int(p.committed_offset)
-        for t in topics for p in t.partitions if int(p.committed_offset) >= 0
-    }
-
-
-async def _delete(client: KafkaClient, group_id: str) -> ErrorCode:
-    node = await _coordinator(client, group_id)
-    body = request(api.DELETE_GROUPS, DELETE_GROUPS_VERSION, groups_names=(group_id,))
-    return ErrorCode((await _send(client, node, body)).results[0].error_code)
-
-
-def _offsets(args: argparse.Namespace, partitions: Iterable[TopicPartition]) -> tuple[
+def _offsets(admin: Admin, partitions: Iterable[TopicPartition]) -> tuple[
     dict[TopicPartition, int], dict[TopicPartition, int]
 ]:
     """(earliest, latest = high watermark) of each partition, as Kafka's tool reads them."""
     tps = list(partitions)
     if not tps:
         return {}, {}
-    with Consumer({**admin_config(args), "isolation.level": "read_uncommitted"}) as consumer:
-        return consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+    return (admin.list_offsets(tps, OffsetSpec.earliest()),
+            admin.list_offsets(tps, OffsetSpec.latest()))
 
 
-def _existing(admin: Admin, group_id: str) -> tuple[Group, dict[TopicPartition, int]]:
-    client = _client(admin)
-    group = admin._run(_describe(client, group_id))
-    committed = admin._run(_committed(client, group_id))
+def _committed(admin: Admin, group_id: str) -> dict[TopicPartition, int]:
+    return {tp: om.offset for tp, om in admin.list_consumer_group_offsets(group_id).items()}
+
+
+def _existing(admin: Admin, group_id: str) -> tuple[
+    ConsumerGroupDescription, dict[TopicPartition, int]
+]:
+    group = admin.describe_consumer_groups([group_id])[group_id]
+    committed = _committed(admin, group_id)
     if group.state == "Dead" and not committed:
         raise CommandError(f"consumer group {group_id!r} does not exist")
     return group, committed
@@ -214,7 +119,8 @@ def _existing(admin: Admin, group_id: str) -> tuple[Group, dict[TopicPartition, 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with open_admin(args) as admin:
-        listed = admin._run(_list(_client(admin)))
+        listed = [(g.group_id, g.state) for g in admin.list_consumer_groups()
+                  if g.protocol_type in ("consumer", "")]
     if args.state:
         print_table(("GROUP", "STATE"), listed)
     else:
@@ -226,15 +132,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_describe(args: argparse.Namespace) -> int:
     with open_admin(args) as admin:
         group, committed = _existing(admin, args.group)
+        owner = {tp: m for m in group.members for tp in m.assignment}
+        partitions = sorted(set(committed) | set(owner))
+        _, latest = ({}, {}) if args.members else _offsets(admin, partitions)
     if args.members:
         print_table(MEMBERS_HEADERS, [
-            (group.group_id, m.member_id, m.host, m.client_id, len(m.partitions))
+            (group.group_id, m.member_id, m.host, m.client_id, len(m.assignment))
             for m in group.members
         ])
         return 0
-    owner = {tp: m for m in group.members for tp in m.partitions}
-    partitions = sorted(set(committed) | set(owner))
-    _, latest = _offsets(args, partitions)
     rows = []
     for tp in partitions:
         current = committed.get(tp)
@@ -294,14 +200,13 @@ def cmd_reset(args: argparse.Namespace) -> int:
                 f"the current state is {group.state}"
             )
         partitions = _scope(admin, args, committed)
-    earliest, latest = _offsets(args, partitions)
-    targets: dict[TopicPartition, int] = {}
-    if args.to_datetime is not None:
-        when = _parse_datetime(args.to_datetime)
-        with Consumer({**admin_config(args), "isolation.level": "read_uncommitted"}) as c:
-            found = c._run(c._core.list_offsets(partitions, when))
-        targets = {tp: found.get(tp, -1) if found.get(tp, -1) >= 0 else latest[tp]
-                   for tp in partitions}
+        earliest, latest = _offsets(admin, partitions)
+        targets: dict[TopicPartition, int] = {}
+        if args.to_datetime is not None:
+            when = _parse_datetime(args.to_datetime)
+            found = admin.list_offsets(partitions, OffsetSpec.for_timestamp(when))
+            targets = {tp: found.get(tp, -1) if found.get(tp, -1) >= 0 else latest[tp]
+                       for tp in partitions}
     for tp in partitions:
         if args.to_earliest:
             target = earliest[tp]
@@ -325,23 +230,24 @@ def cmd_reset(args: argparse.Namespace) -> int:
     return 0
 
 
-def _existing_or_new(admin: Admin, group_id: str) -> tuple[Group, dict[TopicPartition, int]]:
+def _existing_or_new(admin: Admin, group_id: str) -> tuple[
+    ConsumerGroupDescription, dict[TopicPartition, int]
+]:
     """Resetting may create a group's offsets (Kafka allows it for a group not yet used)."""
-    client = _client(admin)
-    return admin._run(_describe(client, group_id)), admin._run(_committed(client, group_id))
+    return admin.describe_consumer_groups([group_id])[group_id], _committed(admin, group_id)
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
     failed: dict[str, str] = {}
     with open_admin(args) as admin:
-        for group_id in args.group:
-            code = admin._run(_delete(_client(admin), group_id))
+        for group_id, error in admin.delete_consumer_groups(args.group).items():
+            code = ErrorCode.none if error is None else error.code
             if code == ErrorCode.non_empty_group:
                 failed[group_id] = "the group is not empty"
             elif code == ErrorCode.group_id_not_found:
                 failed[group_id] = "the group does not exist"
-            elif code != ErrorCode.none:
-                failed[group_id] = code.name
+            elif error is not None:
+                failed[group_id] = code.name if code is not None else str(error)
     deleted = [g for g in args.group if g not in failed]
     if deleted:
         names = ", ".join(f"'{g}'" for g in deleted)

@@ -12,7 +12,8 @@ built with the Kafka protocol only (so it works against any Kafka-compatible bro
   time out, only their owner or a force-terminate ends them.
 - **Hanging transactions**: ``oncelog.client.admin_views.hanging_among`` (find-hanging) over
   the producers of the partitions with a gap.
-- **Groups**: ListGroups on every broker, OffsetFetch per group; lag is the high watermark
+- **Groups**: ``list_consumer_groups`` (ListGroups on every broker), then
+  ``list_consumer_group_offsets`` (OffsetFetch) per group; lag is the high watermark
   minus the committed offset, as kafka-consumer-groups.sh computes it.
 
 ``collect_state`` returns plain JSON-ready dicts; the page renders them.
@@ -25,28 +26,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from oncelog.client.admin_views import hanging_among
-from oncelog.client.aio.admin import AIOAdmin, ProducerState, TransactionDescription
-from oncelog.client.aio.offsets import EARLIEST, LATEST, ConsumerOffsets
-from oncelog.client.errors import KafkaClientError, error_for
+from oncelog.client.aio.admin import (
+    AIOAdmin,
+    OffsetSpec,
+    ProducerState,
+    TransactionDescription,
+)
+from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import TopicPartition
-from oncelog.client.wire import request
-from oncelog.errors import ErrorCode
-from oncelog.protocol import versions as api
 
 log = logging.getLogger(__name__)
 
 OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 JsonDict = dict[str, Any]
-
-
-def _offsets(admin: AIOAdmin, isolation_level: int, group_id: str | None = None
-             ) -> ConsumerOffsets:
-    """The consumer's offset lookups (ListOffsets, OffsetFetch) over the admin's client."""
-    return ConsumerOffsets(
-        admin.config, admin.client, group_id=group_id, isolation_level=isolation_level,
-        auto_commit=False, surface=lambda exc: None,
-    )
 
 
 async def _open_transactions(admin: AIOAdmin) -> list[TransactionDescription]:
@@ -79,37 +71,21 @@ def _transaction_json(d: TransactionDescription, now_ms: int) -> JsonDict:
     }
 
 
-async def _list_groups(admin: AIOAdmin) -> list[tuple[str, str]]:
-    """(group id, state) of every group on every broker; state "" before ListGroups v4."""
-    await admin.client.refresh_metadata()
-    found: dict[str, str] = {}
-    for node in sorted(admin.client.metadata.brokers):
-        response = await admin.client.call(
-            node, api.LIST_GROUPS,
-            lambda v: request(api.LIST_GROUPS, v, states_filter=(), types_filter=()),
-        )
-        if response.error_code != ErrorCode.none:
-            raise error_for(response.error_code, f"ListGroups on broker {node}")
-        for g in response.groups:
-            found[g.group_id] = getattr(g, "group_state", "") or ""
-    return sorted(found.items())
-
-
 async def _groups(
     admin: AIOAdmin, partitions: Sequence[TopicPartition], high: Mapping[TopicPartition, int]
 ) -> list[JsonDict]:
     out = []
-    for group_id, state in await _list_groups(admin):
-        entry: JsonDict = {"group_id": group_id, "state": state, "partitions": [], "lag": 0}
+    for listing in await admin.list_consumer_groups():
+        group_id = listing.group_id
+        entry: JsonDict = {"group_id": group_id, "state": listing.state, "partitions": [],
+                           "lag": 0}
         try:
-            committed = await _offsets(admin, READ_UNCOMMITTED, group_id).committed(partitions)
+            committed = await admin.list_consumer_group_offsets(group_id, partitions)
         except KafkaClientError as exc:
             entry["error"] = str(exc)
             out.append(entry)
             continue
         for tp, om in sorted(committed.items()):
-            if om is None:
-                continue
             hw = high.get(tp)
             lag = None if hw is None else max(0, hw - om.offset)
             entry["partitions"].append({"topic": tp.topic, "partition": tp.partition,
@@ -152,10 +128,10 @@ async def collect_state(admin: AIOAdmin, *, max_timeout_ms: int, now_ms: int) ->
     high: dict[TopicPartition, int] = {}
     lso: dict[TopicPartition, int] = {}
     if partitions:
-        uncommitted = _offsets(admin, READ_UNCOMMITTED)
-        start = await uncommitted.list_offsets(partitions, EARLIEST)
-        high = await uncommitted.list_offsets(partitions, LATEST)
-        lso = await _offsets(admin, READ_COMMITTED).list_offsets(partitions, LATEST)
+        start = await admin.list_offsets(partitions, OffsetSpec.earliest())
+        high = await admin.list_offsets(partitions, OffsetSpec.latest())
+        lso = await admin.list_offsets(partitions, OffsetSpec.latest(),
+                                       isolation_level="read_committed")
     transactions = await _open_transactions(admin)
     by_producer_id = {d.producer_id: d for d in transactions}
     gapped = [tp for tp in partitions if high.get(tp, 0) > lso.get(tp, 0)]

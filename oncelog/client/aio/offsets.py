@@ -311,17 +311,26 @@ class ConsumerOffsets:
         await self.client.retrying(attempt, what="OffsetCommit")
 
     async def committed(
-        self, partitions: Iterable[TopicPartition]
+        self, partitions: Iterable[TopicPartition] | None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offsets (None where nothing is committed)."""
+        """The group's committed offsets (None where nothing is committed); ``partitions``
+        None asks for every partition the group has an offset for (OffsetFetch topics=null)."""
         if self.group_id is None:
             raise IllegalStateError("committed needs group.id")
         group_id = self.group_id
-        tps = [TopicPartition(*tp) for tp in partitions]
+        tps = [] if partitions is None else [TopicPartition(*tp) for tp in partitions]
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in tps:
             by_topic[tp.topic].append(tp.partition)
         stable = self.isolation_level == 1
+
+        def topics(version: int, entity: str) -> Any:
+            if partitions is None:
+                return None
+            return tuple(
+                nested(api.OFFSET_FETCH, version, entity, name=t, partition_indexes=tuple(ps))
+                for t, ps in by_topic.items()
+            )
 
         def build(version: int) -> Any:
             if version >= 8:
@@ -331,16 +340,7 @@ class ConsumerOffsets:
                         version,
                         "OffsetFetchRequestGroup",
                         group_id=group_id,
-                        topics=tuple(
-                            nested(
-                                api.OFFSET_FETCH,
-                                version,
-                                "OffsetFetchRequestTopics",
-                                name=t,
-                                partition_indexes=tuple(ps),
-                            )
-                            for t, ps in by_topic.items()
-                        ),
+                        topics=topics(version, "OffsetFetchRequestTopics"),
                     ),
                 )
                 return request(api.OFFSET_FETCH, version, groups=groups, require_stable=stable)
@@ -349,16 +349,7 @@ class ConsumerOffsets:
                 version,
                 group_id=group_id,
                 require_stable=stable,
-                topics=tuple(
-                    nested(
-                        api.OFFSET_FETCH,
-                        version,
-                        "OffsetFetchRequestTopic",
-                        name=t,
-                        partition_indexes=tuple(ps),
-                    )
-                    for t, ps in by_topic.items()
-                ),
+                topics=topics(version, "OffsetFetchRequestTopic"),
             )
 
         async def attempt() -> dict[TopicPartition, OffsetAndMetadata | None]:
