@@ -11,7 +11,9 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import cast
 
 from oncelog.cli.common import BROKEN_PIPE_EXIT, OncelogParser, exit_quietly_on_broken_pipe
@@ -85,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--ui", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve the transactions console at http://HOST:PORT/ (default: off)",
     )
+    for tool in dict.fromkeys(_tools().values()):  # console adds produce and consume
+        tool.add_parser(sub)
+    return parser
+
+
+def _tools() -> dict[str, ModuleType]:
+    """The talk-to-a-broker commands by name, and the module that adds and runs each
+    (imported only when the command line is built, so `serve` starts without them)."""
     from oncelog.cli import (
         configs,
         console,
@@ -98,17 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         ui,
     )
 
-    topics.add_parser(sub)
-    records.add_parser(sub)
-    configs.add_parser(sub)
-    txn.add_parser(sub)
-    metrics.add_parser(sub)
-    console.add_parser(sub)
-    offsets.add_parser(sub)
-    groups.add_parser(sub)
-    dumplog.add_parser(sub)
-    ui.add_parser(sub)
-    return parser
+    return {"topics": topics, "records": records, "configs": configs, "txn": txn,
+            "metrics": metrics, "produce": console, "offsets": offsets, "groups": groups,
+            "dump-log": dumplog, "ui": ui, "consume": console}
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -190,25 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     with exit_quietly_on_broken_pipe():
         if args.command == "serve":
             return serve(args)
-        from oncelog.cli import (
-            configs,
-            console,
-            dumplog,
-            groups,
-            metrics,
-            offsets,
-            records,
-            topics,
-            txn,
-            ui,
-        )
-
-        runners = {"topics": topics.run, "records": records.run, "txn": txn.run,
-                   "metrics": metrics.run, "configs": configs.run, "ui": ui.run}
-        runners.update(produce=console.run, consume=console.run, offsets=offsets.run,
-                       groups=groups.run)
-        runners["dump-log"] = dumplog.run
-        return runners[args.command](args)
+        run: Callable[[argparse.Namespace], int] = _tools()[args.command].run
+        return run(args)
     return BROKEN_PIPE_EXIT
 
 
