@@ -18,7 +18,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from oncelog.broker.log_dirs import (
@@ -78,7 +78,7 @@ class PartitionRegistry:
         self._snapshots = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshots")
 
     def _write_snapshot(self, job: SnapshotJob) -> None:
-        self._snapshots.submit(job)
+        self._snapshots.submit(job).add_done_callback(_log_snapshot_failure)
 
     # -- loading and the catalog -------------------------------------------------------
     def load(self, internal_configs: Mapping[str, Mapping[str, str]] | None = None) -> None:
@@ -356,3 +356,10 @@ class PartitionRegistry:
         self._each_online(close)
         self._snapshots.shutdown(wait=True)
 
+
+def _log_snapshot_failure(done: Future[None]) -> None:
+    """A roll-snapshot job's unexpected failure (a job logs its own OSErrors) is logged, not
+    lost in the writer thread; recovery replays the log tail from an older snapshot."""
+    exc = done.exception()
+    if exc is not None:
+        log.error("producer snapshot write failed unexpectedly: %r", exc, exc_info=exc)

@@ -105,3 +105,18 @@ def test_offline_partition_wakes_waiters_and_refuses(tmp_path: Path) -> None:
     with pytest.raises(KafkaError) as lookup:
         registry.get("t", 0)
     assert lookup.value.code is ErrorCode.kafka_storage_error
+
+
+def test_a_failing_roll_snapshot_job_is_logged_not_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = registry_on(tmp_path)
+
+    def broken_job() -> None:
+        raise RuntimeError("snapshot bug")
+
+    with caplog.at_level("ERROR", logger="oncelog.broker.partitions"):
+        registry._write_snapshot(broken_job)
+        registry.close()  # waits for the writer thread
+    assert "producer snapshot write failed unexpectedly" in caplog.text
+    assert "snapshot bug" in caplog.text
