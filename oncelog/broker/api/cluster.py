@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import logging
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.broker.api.admin import live_brokers
+from oncelog.broker.api.admin import ZERO_UUID, live_brokers
 from oncelog.broker.api.authorized import OMITTED, TOPIC_OPERATIONS, cluster_operations
 from oncelog.broker.partitions import Partition, PartitionRegistry, log_size
 from oncelog.broker.replica_assignment import check_replicas
@@ -26,7 +25,6 @@ from oncelog.protocol.build import make, response_module
 
 log = logging.getLogger(__name__)
 
-ZERO_UUID = uuid.UUID(int=0)
 ENDPOINT_BROKERS = 1
 # Kafka's max.request.partition.size.limit default: the most partitions one
 # DescribeTopicPartitions answer holds, whatever the request asks.
