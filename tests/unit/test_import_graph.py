@@ -19,6 +19,7 @@ MUST_NOT_IMPORT_BROKER = (
     "oncelog.records",
     "oncelog.protocol",
     "oncelog.coordinator",
+    "oncelog.cluster",
     "oncelog.client",
     "oncelog.spark",
 )
