@@ -47,6 +47,7 @@ __all__ = [
     "CleanResult",
     "PreparedClean",
     "clean_now",
+    "discard_prepared",
     "plan_clean",
     "prepare_clean",
     "read_cleaner_checkpoint",
