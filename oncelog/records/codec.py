@@ -260,6 +260,11 @@ def encode_batch(
         base_sequence=base_sequence,
         records_count=len(records),
     )
+    return _seal(header, payload)
+
+
+def _seal(header: BatchHeader, payload: bytes) -> bytes:
+    """The batch: ``header`` (its CRC computed here) followed by ``payload``."""
     out = bytearray(pack_header(header))
     out += payload
     out[17:21] = batch_crc(out, 0, len(out)).to_bytes(4, "big")
@@ -304,10 +309,7 @@ def encode_retained_batch(
         base_timestamp=base_timestamp,
         records_count=len(records),
     )
-    out = bytearray(pack_header(rebuilt))
-    out += payload
-    out[17:21] = batch_crc(out, 0, len(out)).to_bytes(4, "big")
-    return bytes(out)
+    return _seal(rebuilt, payload)
 
 
 def _corrupt(message: str) -> KafkaError:
