@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from tests.support import netns
 from tests.support.broker import REPO_ROOT
@@ -100,7 +102,7 @@ def test_cut_fails_fast_both_ways_a_third_host_reaches_both_and_heal_restores(
         start_echo(network, host)
     wait_echo(network, "c", "a")
     wait_echo(network, "c", "b")
-    wait_echo(network, "a", "b")
+    wait_echo(network, "a", "c")
     established = network.socket("b")
     established.settimeout(2.0)
     established.connect((network.address("a"), ECHO_PORT))
@@ -133,6 +135,7 @@ def test_isolate_keeps_the_kept_host_and_heal_all_restores(network: Network) -> 
         start_echo(network, host)
     for host in hosts[1:]:
         wait_echo(network, "etcd", host)
+    wait_echo(network, "b2", "etcd")
 
     network.isolate("b1", keep=("etcd",))
 
@@ -236,12 +239,35 @@ def test_oncelog_serve_in_a_host_answers_a_client_in_another(
     out, err = listed.communicate(timeout=60)
     assert listed.returncode == 0, (out, err)
 
+    with network.joined("client"):
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    # librdkafka's threads were started inside "client" and stay there.
+    brokers = admin.list_topics(timeout=10).brokers.values()
+    assert [b.host for b in brokers] == [network.address("b1")]
+
     network.cut("client", "b1")
     refused = network.run("client", topics, cwd=REPO_ROOT, env=broker.env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = refused.communicate(timeout=60)
     assert refused.returncode != 0, (out, err)
     assert "Traceback" not in err
+
+
+def test_joined_moves_only_the_block_into_the_host(network: Network) -> None:
+    network.add_host("a")
+    network.add_host("b")
+    start_echo(network, "a")
+    wait_echo(network, "b", "a")
+    home = os.stat("/proc/thread-self/ns/net").st_ino
+
+    with network.joined("b"):
+        assert os.stat("/proc/thread-self/ns/net").st_ino != home
+        inside = socket.create_connection((network.address("a"), ECHO_PORT), timeout=2)
+
+    assert os.stat("/proc/thread-self/ns/net").st_ino == home
+    with inside:
+        inside.sendall(b"still inside\n")
+        assert inside.recv(100) == b"still inside\n"
 
 
 def test_not_root_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@
         net.isolate("b1", keep=("etcd",))        # b1 reaches only etcd
         net.heal_all()
         with net.socket("b2") as sock: ...       # a socket created inside b2's namespace
+        with net.joined("b2"): producer = Producer(...)   # a client living inside b2
 
 What it builds, as root, with ``ip`` (iproute2) only — the host's own networking is never
 touched (nothing is created in the root namespace, not even for a moment):
@@ -38,12 +39,15 @@ for free ones. The cluster fixture (tests/support/cluster.py) will: ``add_host("
 run etcd there on ``address("etcd"):2379``; ``add_host("b1")``.. and start each broker with
 ``net.broker("b1", data_dir, node_id=1, configs={"metadata.etcd.endpoints": ...})``, whose
 advertised listener is its namespace address, so brokers reach each other over the bridge
-where ``cut`` / ``isolate`` apply. The test process itself lives in the root namespace and
-cannot reach these addresses: it talks to the cluster from inside a host, either with
+where ``cut`` / ``isolate`` apply. The test process itself lives in the root namespace, which has
+no route to these addresses of its own (a connection from there would leave by the host's
+default route: never do that): it talks to the cluster from inside a host, either with
 ``net.socket(host)`` (a socket created in that namespace by a short-lived thread that joins
-it with setns(2); the socket keeps its namespace when used from any thread) or with a client
-program started by ``net.run(host, ...)`` — typically from a dedicated ``client`` host that
-is never cut.
+it with setns(2); the socket keeps its namespace when used from any thread), with a client
+built inside ``with net.joined(host):`` (the calling thread joins the namespace for the
+block; the client's sockets and the threads it starts there — librdkafka's — stay in it), or
+with a client program started by ``net.run(host, ...)`` (the Java client) — typically from a
+dedicated ``client`` host that is never cut.
 
 Clean-up: ``close()`` (``__exit__``, and at interpreter exit for a Network still open) kills
 every process started by ``run``/``broker`` and every other process still inside its
@@ -70,7 +74,7 @@ import socket
 import subprocess
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
@@ -144,6 +148,8 @@ def _pid_alive(pid: int) -> bool:
 def _kill_inside(namespace: str) -> None:
     """SIGKILL every process still inside ``namespace`` (``ip netns pids``)."""
     for pid in ip("netns", "pids", namespace, check=False).split():
+        if pid == str(os.getpid()):
+            continue  # this process, when a thread was left inside by mistake
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)
             logger.info("netns %s: killed leftover pid=%s", namespace, pid)
@@ -183,12 +189,8 @@ def in_namespace(namespace: str, action: Callable[[], T]) -> T:
 
     def target() -> None:
         try:
-            fd = os.open(NETNS_DIR / namespace, os.O_RDONLY)
-            try:
-                _libc_setns(fd)
-            finally:
-                os.close(fd)
-            outcome.append(action())
+            with joined(namespace):
+                outcome.append(action())
         except BaseException as exc:
             failure.append(exc)
 
@@ -198,6 +200,28 @@ def in_namespace(namespace: str, action: Callable[[], T]) -> T:
     if failure:
         raise failure[0]
     return outcome[0]
+
+
+@contextlib.contextmanager
+def joined(namespace: str) -> Iterator[None]:
+    """Run the calling thread inside ``namespace`` for the ``with`` block, then come back.
+
+    Sockets created in the block, and threads started in it (librdkafka's, an asyncio loop's
+    thread), stay in ``namespace`` after the block; the rest of the process never moves.
+    """
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(NETNS_DIR / namespace, os.O_RDONLY)
+        try:
+            _libc_setns(target)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            _libc_setns(home)
+    finally:
+        os.close(home)
 
 
 class Network:
@@ -303,6 +327,10 @@ class Network:
                kind: socket.SocketKind = socket.SOCK_STREAM) -> socket.socket:
         """A new socket inside ``host``'s namespace (to connect or listen from the test)."""
         return in_namespace(self.namespace(host), lambda: socket.socket(family, kind))
+
+    def joined(self, host: str) -> contextlib.AbstractContextManager[None]:
+        """``with net.joined(host):`` the calling thread is inside ``host``; see ``joined``."""
+        return joined(self.namespace(host))
 
     # -- faults --------------------------------------------------------------------------
     def _route(self, action: str, host: str, peer: str, kind: RouteKind) -> None:
