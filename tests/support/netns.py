@@ -208,6 +208,8 @@ def joined(namespace: str) -> Iterator[None]:
 
     Sockets created in the block, and threads started in it (librdkafka's, an asyncio loop's
     thread), stay in ``namespace`` after the block; the rest of the process never moves.
+    An asyncio client opens its sockets later, in its loop's thread: run that loop in a
+    thread started inside the block (or the whole coroutine inside it).
     """
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
