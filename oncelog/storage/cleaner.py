@@ -20,9 +20,9 @@ waits for the next pass (``segment.ms`` and ``segment.bytes`` roll it). Kafka al
 the prefix of such a segment; the difference is only when a record goes, never whether.
 
 The log is worth cleaning when its dirty ratio, dirty bytes over clean plus dirty bytes of
-the cleanable segments, is at least ``min.cleanable.dirty.ratio``, or when its oldest dirty
-record is older than ``max.compaction.lag.ms`` (Kafka's LogCleanerManager.grabFilthiestCompactedLog
-and needCompactionNow).
+the cleanable segments, is above ``min.cleanable.dirty.ratio``, or when the earliest first
+batch of its inactive dirty segments is older than ``max.compaction.lag.ms`` (Kafka's
+LogCleanerManager.grabFilthiestCompactedLog and maxCompactionDelay).
 """
 
 from __future__ import annotations
@@ -124,21 +124,25 @@ def cleanable_range(
         end += 1
     clean_bytes = sum(s.size for s in segments[:first_dirty_index])
     dirty_bytes = sum(s.size for s in segments[first_dirty_index:end])
-    forced = False
-    if end > first_dirty_index and config.max_compaction_lag_ms < 2**63 - 1:
-        first_ts = segments[first_dirty_index].first_timestamp
-        forced = 0 <= first_ts < now_ms - config.max_compaction_lag_ms
+    # Kafka's maxCompactionDelay: the earliest first-batch timestamp (> 0) of the dirty
+    # inactive segments, whether or not they are cleanable yet.
+    first_timestamps = [s.first_timestamp for s in segments[first_dirty_index:-1]
+                        if s.first_timestamp > 0]
+    forced = bool(first_timestamps) and (
+        min(first_timestamps) < now_ms - max(config.max_compaction_lag_ms, 0)
+    )
     return CleanableRange(
         first_dirty, uncleanable, first_dirty_index, end, clean_bytes, dirty_bytes, forced
     )
 
 
 def should_clean(found: CleanableRange, config: LogConfig) -> bool:
-    """Whether the range is worth a pass: dirty bytes, and a dirty ratio at least
-    ``min.cleanable.dirty.ratio`` or a forced (``max.compaction.lag.ms``) clean."""
+    """Whether the range is worth a pass: dirty bytes, and a dirty ratio above
+    ``min.cleanable.dirty.ratio`` (strictly, as Kafka's grabFilthiestCompactedLog) or a
+    forced (``max.compaction.lag.ms``) clean."""
     if found.dirty_bytes == 0:
         return False
-    return found.forced or found.dirty_ratio >= config.min_cleanable_dirty_ratio
+    return found.forced or found.dirty_ratio > config.min_cleanable_dirty_ratio
 
 
 class OffsetMap:

@@ -34,7 +34,7 @@ from oncelog.storage.cleaner import (
     should_clean,
 )
 from oncelog.storage.cleaner_files import SwapStep, staging_dir, swap_in, write_cleaned
-from oncelog.storage.cleaner_txn import BatchFilter, TxnWalk, control_type
+from oncelog.storage.cleaner_txn import BatchFilter, LastRecord, TxnWalk, control_type
 from oncelog.storage.files import atomic_write
 from oncelog.storage.log import PartitionLog
 from oncelog.storage.segment import INT32_MAX, LogSegment
@@ -73,7 +73,7 @@ class CleanPlan:
     found: CleanableRange
     segments: list[LogSegment]  # the planned ones, [0, found.end)
     aborted: list[AbortedTxn]
-    last_data_offsets: dict[int, int]
+    last_records: dict[int, LastRecord]
     now_ms: int
     map_capacity: int
 
@@ -115,7 +115,11 @@ def plan_clean(engine: UnifiedLog, *, now_ms: int, map_capacity: int) -> CleanPl
     segments = log.segments_snapshot()
     infos = [SegmentInfo(s.base_offset, s.next_offset, s.size, s.rolling_timestamp,
                          s.max_timestamp) for s in segments]
-    first_dirty = max(read_cleaner_checkpoint(log.directory), log.log_start_offset)
+    first_dirty = read_cleaner_checkpoint(log.directory)
+    if first_dirty < log.log_start_offset or first_dirty > log.log_end_offset:
+        # Kafka's cleanableOffsets: a checkpoint below the log start (retention) or past
+        # the log end (truncation) is invalid; the whole log is dirty again.
+        first_dirty = log.log_start_offset
     found = cleanable_range(
         infos, first_dirty=first_dirty,
         last_stable_offset=min(engine.last_stable_offset, log.recovery_point),
@@ -125,9 +129,11 @@ def plan_clean(engine: UnifiedLog, *, now_ms: int, map_capacity: int) -> CleanPl
         return None
     planned = segments[: found.end]
     aborted = log.aborted_txns(planned[0].base_offset, planned[-1].next_offset)
-    last_data = {pid: e.last_offset for pid, e in engine.producer_state.entries().items()
-                 if e.last_offset >= 0}
-    return CleanPlan(log, found, planned, aborted, last_data, now_ms, map_capacity)
+    last_records = {
+        pid: LastRecord(e.last_offset if e.last_offset >= 0 else None, e.producer_epoch)
+        for pid, e in engine.producer_state.entries().items()
+    }
+    return CleanPlan(log, found, planned, aborted, last_records, now_ms, map_capacity)
 
 
 def _batches(segment: LogSegment) -> list[tuple[bytes, int]]:
@@ -158,9 +164,7 @@ def _build_map(plan: CleanPlan) -> tuple[OffsetMap, int]:
             break
         for header, records in decoded:
             if header.is_control:
-                control = control_type(records)
-                if control is not None:
-                    walk.on_marker(header, control)
+                walk.on_marker(header, control_type(records))
             elif not walk.on_data(header):
                 offset_map.put_batch(header, records)
             offset_map.cover(header.last_offset)
@@ -201,8 +205,9 @@ def prepare_clean(plan: CleanPlan) -> PreparedClean:
         return prepared
     txns = TxnWalk(plan.aborted)
     batch_filter = BatchFilter(
-        offset_map, txns, plan.last_data_offsets, now_ms=plan.now_ms,
+        offset_map, txns, plan.last_records, now_ms=plan.now_ms,
         delete_retention_ms=config.delete_retention_ms,
+        upper_bound=plan.found.first_uncleanable,
     )
     groups = _groups(covered, config.segment_bytes)
     for group in groups:

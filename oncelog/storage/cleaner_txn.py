@@ -20,7 +20,10 @@ of the offset map (``cleaner.OffsetMap``), and decides for each one:
 * a batch that holds the last data offset of a producer still in the producer state is never
   removed whole: with no record left it is written as Kafka's empty batch (the header alone,
   offsets and sequences intact), so producer state and duplicate detection survive the
-  cleaning and a replay of the log rebuilds them.
+  cleaning and a replay of the log rebuilds them. A producer with no data batch left in
+  its state keeps its last marker of its current epoch the same way (the epoch fences);
+  and the batch ending just below the pass's first uncleanable offset stays too, so the
+  last offset is not lost (Kafka's BatchRetention.RETAIN_EMPTY, Cleaner.cleanInto).
 
 ``TxnWalk.retained_aborted`` lists the aborted-transaction index entries the cleaned
 segments must hold: those whose ABORT marker is kept because batches of theirs were seen.
@@ -38,7 +41,14 @@ from oncelog.records.control import ControlType, decode_control
 from oncelog.storage.cleaner import OffsetMap
 from oncelog.storage.txn_index import AbortedTxn
 
-__all__ = ["BatchDecision", "BatchFilter", "TxnWalk", "control_type", "delete_horizon"]
+__all__ = [
+    "BatchDecision",
+    "BatchFilter",
+    "LastRecord",
+    "TxnWalk",
+    "control_type",
+    "delete_horizon",
+]
 
 
 def delete_horizon(header: BatchHeader) -> int | None:
@@ -64,7 +74,7 @@ class TxnWalk:
         pending = self._pending
         while self._next < len(pending) and pending[self._next].first_offset <= offset:
             txn = pending[self._next]
-            self._ongoing_aborted[txn.producer_id] = (txn, False)
+            self._ongoing_aborted.setdefault(txn.producer_id, (txn, False))
             self._next += 1
 
     def on_data(self, header: BatchHeader) -> bool:
@@ -80,9 +90,13 @@ class TxnWalk:
         self._ongoing_committed.add(pid)
         return False
 
-    def on_marker(self, header: BatchHeader, control: ControlType) -> bool:
-        """A marker batch: whether it may go (no batch of its transaction was seen)."""
+    def on_marker(self, header: BatchHeader, control: ControlType | None) -> bool:
+        """A marker batch: whether it may go (no batch of its transaction was seen). A
+        control batch with no record (``control`` None) was already emptied by a pass:
+        it may go."""
         self._consume_up_to(header.last_offset)
+        if control is None:
+            return True
         pid = header.producer_id
         if control is ControlType.ABORT:
             found = self._ongoing_aborted.pop(pid, None)
@@ -96,6 +110,15 @@ class TxnWalk:
                 return False
             return True
         return False
+
+
+@dataclass(frozen=True, slots=True)
+class LastRecord:
+    """What the producer state says of a producer still in it (Kafka's LastRecord): the
+    last offset of its last data batch (None when it has none) and its epoch."""
+
+    last_data_offset: int | None
+    producer_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,29 +144,45 @@ _DROP = BatchDecision(True, False, (), None)
 
 class BatchFilter:
     """Decides, batch by batch in offset order, what a cleaning pass keeps (module
-    docstring). ``last_data_offsets`` maps each producer id in the producer state to the
-    last offset of its last data batch."""
+    docstring). ``last_records`` holds each producer id in the producer state;
+    ``upper_bound`` is the pass's first uncleanable offset: the batch ending just below
+    it is kept, empty if need be, so the last offset survives (Kafka's RETAIN_EMPTY)."""
 
     def __init__(
         self,
         offset_map: OffsetMap,
         txns: TxnWalk,
-        last_data_offsets: Mapping[int, int],
+        last_records: Mapping[int, LastRecord],
         *,
         now_ms: int,
         delete_retention_ms: int,
+        upper_bound: int = -1,
     ) -> None:
         self.offset_map = offset_map
         self.txns = txns
-        self.last_data_offsets = last_data_offsets
+        self.last_records = last_records
         self.now_ms = now_ms
         self.delete_retention_ms = delete_retention_ms
+        self.upper_bound = upper_bound
+
+    def _retain_empty(self, header: BatchHeader) -> bool:
+        """Kafka's RETAIN_EMPTY: the batch holding a producer's last data offset, or its
+        last marker when it has no data batch (the epoch it carries fences), and the
+        last batch below the pass's upper bound stay, if only as their header."""
+        last = self.last_records.get(header.producer_id)
+        if header.producer_id >= 0 and last is not None:
+            if last.last_data_offset is not None:
+                if header.last_offset == last.last_data_offset:
+                    return True
+            elif header.is_control and header.producer_epoch == last.producer_epoch:
+                return True
+        return header.last_offset + 1 == self.upper_bound
 
     def decide(self, header: BatchHeader, records: Sequence[Record]) -> BatchDecision:
         horizon = delete_horizon(header)
         if header.is_control:
             control = control_type(records)
-            can_discard = control is not None and self.txns.on_marker(header, control)
+            can_discard = self.txns.on_marker(header, control)
             discard_records = can_discard and horizon is not None and horizon <= self.now_ms
             retained: Sequence[Record] = () if discard_records else records
             needs_horizon = can_discard
@@ -160,8 +199,7 @@ class BatchFilter:
             if len(retained) == len(records):
                 return BatchDecision(False, False, records, horizon)
             return BatchDecision(False, True, retained, horizon)
-        last_of_producer = self.last_data_offsets.get(header.producer_id) == header.last_offset
-        if header.producer_id >= 0 and not header.is_control and last_of_producer:
+        if self._retain_empty(header):
             if header.records_count == 0:
                 return BatchDecision(False, False, (), horizon)
             return BatchDecision(False, True, (), None)

@@ -11,9 +11,11 @@ from oncelog.clock import FakeClock
 from oncelog.config import LogConfig
 from oncelog.records.batch import parse_header
 from oncelog.records.codec import RecordInput, encode_batch, iter_records
-from oncelog.storage.cleaner_run import clean_now
+from oncelog.storage.cleaner import CleanableRange, SegmentInfo, cleanable_range, should_clean
+from oncelog.storage.cleaner_run import CHECKPOINT_NAME, clean_now
 from oncelog.storage.cleaner_txn import delete_horizon
 from oncelog.storage.engine import IsolationLevel
+from oncelog.storage.log import PartitionLog
 from oncelog.storage.unified_log import UnifiedLog
 
 T0 = 1_700_000_000_000
@@ -257,3 +259,94 @@ def test_restart_after_clean_rebuilds_same_state(tmp_path: Path, clock: FakeCloc
     assert reopened.producer_state.entries().keys() == state.keys()
     assert reopened.last_stable_offset == lso
     reopened.close()
+
+
+# ---------------------------------------------------------------- Kafka's rules, one each
+# (checked against apache/kafka storage/.../log/Cleaner.java, CleanedTransactionMetadata.java
+# and LogCleanerManager.java)
+
+
+def test_dirty_ratio_equal_to_the_minimum_does_not_clean() -> None:
+    """grabFilthiestCompactedLog: cleanableRatio > minCleanableRatio, strictly."""
+    config = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.5)
+    half = CleanableRange(0, 10, 1, 2, 100, 100, False)
+    assert half.dirty_ratio == 0.5
+    assert not should_clean(half, config)
+    assert should_clean(CleanableRange(0, 10, 1, 2, 100, 101, False), config)
+
+
+def test_max_compaction_lag_looks_at_every_dirty_inactive_segment() -> None:
+    """maxCompactionDelay: the earliest first-batch timestamp (> 0) of all the dirty
+    inactive segments, not only the first one's."""
+    config = LogConfig(cleanup_policy="compact", max_compaction_lag_ms=1000,
+                       min_cleanable_dirty_ratio=0.99)
+    segments = [
+        SegmentInfo(0, 10, 100, T0, T0),  # first dirty: recent
+        SegmentInfo(10, 20, 100, T0 - 5000, T0),  # an older first batch (CreateTime)
+        SegmentInfo(20, 21, 10, T0, T0),  # active
+    ]
+    found = cleanable_range(segments, first_dirty=0, last_stable_offset=21, now_ms=T0,
+                            config=config)
+    assert found.forced and should_clean(found, config)
+    no_ts = [SegmentInfo(0, 10, 100, -1, -1), SegmentInfo(10, 11, 10, -1, -1)]
+    assert not cleanable_range(no_ts, first_dirty=0, last_stable_offset=11, now_ms=T0,
+                               config=config).forced
+
+
+def test_checkpoint_past_the_log_end_makes_the_whole_log_dirty(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """cleanableOffsets: a checkpoint above the log end offset (a truncated log) is reset
+    to the log start offset."""
+    engine = open_engine(tmp_path / "p", clock)
+    w = Writer(engine)
+    for i in range(6):
+        w.put(f"k{i % 2}", f"v{i}")
+    w.put("z", "active")
+    (tmp_path / "p" / CHECKPOINT_NAME).write_text("1000000\n")
+    engine.flush()
+    assert clean_now(engine, now_ms=clock.now_ms()) is not None
+    assert [kv for b in batches(engine) for kv in b[4]] == [
+        (b"k0", b"v4"), (b"k1", b"v5"), (b"z", b"active")]
+    engine.close()
+
+
+def test_last_marker_of_a_producer_without_data_is_kept_empty(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """cleanInto case 3: a producer whose state holds no data batch (an epoch bump by the
+    coordinator's abort) keeps its last marker of that epoch, emptied, for fencing."""
+    engine = open_engine(tmp_path / "p", clock)
+    w = Writer(engine)
+    w.put("a", "aborted", pid=4, txn=True)
+    abort = engine.append_marker(4, 1, 0, False)  # the coordinator bumped the epoch
+    assert engine.producer_state.entries()[4].last_offset == -1
+    for round_ in range(3):
+        w.put(f"d{round_}", "dirty")
+        w.put(f"e{round_}", "active")
+        clean(engine, clock)
+        clock.advance(DAY + 1)
+    kept = [b for b in batches(engine) if b[0] == abort]
+    assert kept == [(abort, abort, True, 4, [])]
+    assert parse_header(engine.read(abort, 1 << 20).data).producer_epoch == 1
+    engine.close()
+
+
+def test_batch_ending_at_the_first_uncleanable_offset_is_kept_empty(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """cleanInto: the batch whose next offset is the round's upper bound stays (empty if
+    nothing of it is kept) so that the last offset is not lost."""
+    engine = open_engine(tmp_path / "p", clock)
+    w = Writer(engine)
+    w.put("a", "v1")
+    w.put("a", "v2")
+    w.put("b", "v")
+    keyless = bytearray(encode_batch([RecordInput(None, b"no key", timestamp=T0)]))
+    last = engine.append(keyless, [parse_header(keyless)]).base_offset
+    active = w.put("z", "active")
+    assert isinstance(engine.log, PartitionLog)
+    assert engine.log.segments_snapshot()[-1].base_offset == active == last + 1
+    clean(engine, clock)
+    assert [b for b in batches(engine) if b[0] == last] == [(last, last, False, -1, [])]
+    engine.close()
