@@ -25,6 +25,7 @@ from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.dynamic_config import describe_listeners, load_dynamic_configs
 from oncelog.broker.internal_topic_store import InternalTopicStore
+from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.metrics import bind_metrics, scraper, serve_metrics
 from oncelog.broker.partitions import PartitionRegistry
@@ -35,13 +36,6 @@ from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from oncelog.storage.cleaner import map_capacity
-from oncelog.storage.cleaner_run import (
-    discard_prepared,
-    plan_clean,
-    prepare_clean,
-    swap_cleaned,
-)
 from oncelog.ui.server import Console, bind_console, serve_console
 
 log = logging.getLogger(__name__)
@@ -69,7 +63,8 @@ class Broker:
         self._advertised = advertised
         self.cluster_id = ""
         self.partitions = PartitionRegistry(data_dir, config, self.clock)
-        self._cleaning = False  # a log cleaner pass is in progress (retention waits)
+        self.cleaner = LogCleaner(self.partitions, config, self.clock)
+        self.partitions.before_log_change = self.cleaner.abort_and_wait
         self.groups: GroupCoordinator
         self.transactions: TransactionCoordinator
         self.producer_ids: ProducerIdManager
@@ -133,6 +128,7 @@ class Broker:
             groups=self.groups,
             transactions=self.transactions,
             producer_ids=self.producer_ids,
+            cleaner=self.cleaner,
         )
 
     def request_stop(self) -> None:
@@ -201,7 +197,7 @@ class Broker:
                 ) > 0:
                     tasks.create_task(
                         self._every(int(self.config["log.cleaner.backoff.ms"]),
-                                    self._cleaner_tick),
+                                    self.cleaner.tick),
                         name="log-cleaner",
                     )
                 if metrics_server is not None:
@@ -247,31 +243,8 @@ class Broker:
         if expired:
             log.info("expired %d idle producer ids", expired)
 
-    async def _cleaner_tick(self) -> None:
-        """One cleaning pass over every compacted partition that needs one. The reading and
-        writing runs in one worker thread (``log.cleaner.threads`` is bounded to 1 on this
-        2-core machine); the partition is held only for the swap, back on the loop.
-        Retention waits while a pass is in progress (it could delete planned segments)."""
-        capacity = map_capacity(int(self.config["log.cleaner.dedupe.buffer.size"]))
-        for partition in self.partitions.partitions():
-            if partition.offline is not None:
-                continue
-            plan = plan_clean(partition.raw_log, now_ms=self.clock.now_ms(),
-                              map_capacity=capacity)
-            if plan is None:
-                continue
-            self._cleaning = True
-            try:
-                prepared = await asyncio.to_thread(prepare_clean, plan)
-                if partition.offline is None and partition.raw_log.log is plan.log:
-                    swap_cleaned(prepared)
-                else:
-                    discard_prepared(prepared)
-            finally:
-                self._cleaning = False
-
     def _retention_tick(self) -> None:
-        if self._cleaning:
+        if self.cleaner.cleaning:  # a pass could be reading segments retention would delete
             return
         deleted = self.partitions.apply_retention()
         if deleted:

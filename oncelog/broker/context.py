@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from oncelog.broker.log_cleaner import LogCleaner
     from oncelog.broker.partitions import PartitionRegistry
     from oncelog.clock import Clock
     from oncelog.config import BrokerConfig
@@ -45,3 +46,4 @@ class BrokerContext:
     groups: GroupCoordinator
     transactions: TransactionCoordinator
     producer_ids: ProducerIdManager
+    cleaner: LogCleaner | None = None  # the log cleaner's per-partition status

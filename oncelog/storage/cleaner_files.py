@@ -29,7 +29,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from oncelog.records.batch import parse_header
@@ -70,14 +70,15 @@ def staging_dir(directory: Path, base_offset: int) -> Path:
 def write_cleaned(
     directory: Path,
     base_offset: int,
-    batches: list[bytes],
-    aborted: list[AbortedTxn],
+    batches: Iterable[bytes],
+    aborted: Callable[[], list[AbortedTxn]],
     *,
     index_interval: int,
     now_ms: int,
 ) -> Path:
     """Step 1: write the cleaned segment (``batches``, whole RecordBatches with their final
-    offsets, in order; ``aborted``: its aborted-transaction index entries) into its staging
+    offsets, in order, maybe streamed; ``aborted``: its aborted-transaction index entries,
+asked for once the batches are written) into its staging
     directory, indexes built as appends build them, everything fsynced. Returns the
     staging directory."""
     staging = staging_dir(directory, base_offset)
@@ -88,7 +89,7 @@ def write_cleaned(
     try:
         for data in batches:
             segment.append(data, [parse_header(data)], index_interval)
-        for entry in aborted:
+        for entry in aborted():  # known once every batch was walked
             segment.append_aborted_txn(entry)
         segment.seal()
         segment.flush()

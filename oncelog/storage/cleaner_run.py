@@ -20,11 +20,15 @@ compaction leaves gaps). The memory engine is not compacted (``plan_clean`` retu
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from oncelog.records.batch import parse_header
+from oncelog.records.batch import LOG_OVERHEAD
 from oncelog.records.codec import decode_batch
 from oncelog.storage.cleaner import (
     CleanableRange,
@@ -43,11 +47,13 @@ from oncelog.storage.unified_log import UnifiedLog
 
 __all__ = [
     "CHECKPOINT_NAME",
+    "CleanAborted",
     "CleanPlan",
     "CleanResult",
     "PreparedClean",
     "clean_now",
     "discard_prepared",
+    "find_cleanable",
     "plan_clean",
     "prepare_clean",
     "read_cleaner_checkpoint",
@@ -69,6 +75,11 @@ def read_cleaner_checkpoint(directory: Path) -> int:
 
 @dataclass(frozen=True, slots=True)
 class CleanPlan:
+    """A pass decided on the owner's thread. ``fds`` are the pass's own duplicates of the
+    planned segments' fds (with their sizes then): the worker reads only through them, so
+    a log closed, truncated or deleted meanwhile (its fds closed, maybe reused) never makes
+    it read a wrong file. ``close()`` releases them; ``prepare_clean`` always does."""
+
     log: PartitionLog
     found: CleanableRange
     segments: list[LogSegment]  # the planned ones, [0, found.end)
@@ -76,6 +87,16 @@ class CleanPlan:
     last_records: dict[int, LastRecord]
     now_ms: int
     map_capacity: int
+    fds: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    abort: threading.Event = field(default_factory=threading.Event)  # set: stop, discard
+    done: threading.Event = field(default_factory=threading.Event)  # set by prepare_clean
+
+    def close(self) -> None:
+        for i, fd in enumerate(self.fds):
+            if fd >= 0:
+                os.close(fd)
+                self.fds[i] = -1
 
 
 @dataclass(slots=True)
@@ -107,8 +128,13 @@ class CleanResult:
     dirty_ratio: float
 
 
-def plan_clean(engine: UnifiedLog, *, now_ms: int, map_capacity: int) -> CleanPlan | None:
-    """A pass worth doing now, or None (not compacted, nothing cleanable, ratio too low)."""
+class CleanAborted(Exception):
+    """``prepare_clean`` stopped because ``CleanPlan.abort`` was set."""
+
+
+def find_cleanable(engine: UnifiedLog, *, now_ms: int) -> CleanableRange | None:
+    """The log's cleanable range now (its dirty ratio), or None when it is not compacted
+    (or not a file log)."""
     log = engine.log
     if not isinstance(log, PartitionLog) or not log.config.compact:
         return None
@@ -120,32 +146,62 @@ def plan_clean(engine: UnifiedLog, *, now_ms: int, map_capacity: int) -> CleanPl
         # Kafka's cleanableOffsets: a checkpoint below the log start (retention) or past
         # the log end (truncation) is invalid; the whole log is dirty again.
         first_dirty = log.log_start_offset
-    found = cleanable_range(
+    return cleanable_range(
         infos, first_dirty=first_dirty,
         last_stable_offset=min(engine.last_stable_offset, log.recovery_point),
         now_ms=now_ms, config=log.config,
     )
-    if not should_clean(found, log.config):
+
+
+def plan_clean(
+    engine: UnifiedLog, *, now_ms: int, map_capacity: int, found: CleanableRange | None = None
+) -> CleanPlan | None:
+    """A pass worth doing now, or None (not compacted, nothing cleanable, ratio too low).
+    ``found``: the range ``find_cleanable`` just returned, if the caller has it."""
+    if found is None:
+        found = find_cleanable(engine, now_ms=now_ms)
+    log = engine.log
+    if found is None or not isinstance(log, PartitionLog) or not should_clean(found, log.config):
         return None
-    planned = segments[: found.end]
+    planned = log.segments_snapshot()[: found.end]
     aborted = log.aborted_txns(planned[0].base_offset, planned[-1].next_offset)
     last_records = {
         pid: LastRecord(e.last_offset if e.last_offset >= 0 else None, e.producer_epoch)
         for pid, e in engine.producer_state.entries().items()
     }
-    return CleanPlan(log, found, planned, aborted, last_records, now_ms, map_capacity)
+    fds: list[int] = []
+    try:
+        for segment in planned:
+            fds.append(os.dup(segment.fd))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return CleanPlan(log, found, planned, aborted, last_records, now_ms, map_capacity,
+                     fds, [segment.size for segment in planned])
 
 
-def _batches(segment: LogSegment) -> list[tuple[bytes, int]]:
-    """(raw bytes, position) of every batch of an inactive segment."""
-    data = segment.read(0, segment.size)
-    out: list[tuple[bytes, int]] = []
+def _batches(plan: CleanPlan, index: int) -> Iterator[bytes]:
+    """The raw batches of planned segment ``index``, one at a time (memory bounded by the
+    largest batch), read through the plan's own fd."""
+    fd, size = plan.fds[index], plan.sizes[index]
+    if fd < 0:
+        raise ValueError(f"{plan.log.directory}: the cleaning plan was closed")
     pos = 0
-    while pos < len(data):
-        size = parse_header(data, pos).size
-        out.append((data[pos : pos + size], pos))
-        pos += size
-    return out
+    while pos < size:
+        if plan.abort.is_set():
+            raise CleanAborted(str(plan.log.directory))
+        prefix = os.pread(fd, LOG_OVERHEAD, pos)
+        if len(prefix) < LOG_OVERHEAD:
+            raise ValueError(f"{plan.log.directory}: segment {plan.segments[index].base_offset}"
+                             f" ends inside a batch at {pos}")
+        batch_size = LOG_OVERHEAD + int.from_bytes(prefix[8:12], "big")
+        raw = os.pread(fd, batch_size, pos)
+        if len(raw) < batch_size:
+            raise ValueError(f"{plan.log.directory}: segment {plan.segments[index].base_offset}"
+                             f" ends inside a batch at {pos}")
+        yield raw
+        pos += batch_size
 
 
 def _build_map(plan: CleanPlan) -> tuple[OffsetMap, int]:
@@ -156,13 +212,10 @@ def _build_map(plan: CleanPlan) -> tuple[OffsetMap, int]:
     walk = TxnWalk(t for t in plan.aborted if t.last_offset >= found.first_dirty)
     index = found.first_dirty_index
     while index < found.end:
-        segment = plan.segments[index]
-        decoded = [decode_batch(raw) for raw, _pos in _batches(segment)]
-        new_keys = {r.key for h, records in decoded if not h.is_control
-                    for r in records if r.key is not None} - offset_map.offsets.keys()
-        if len(offset_map) and not offset_map.fits(len(new_keys)):
+        if len(offset_map) and not offset_map.fits(_new_keys(plan, index, offset_map)):
             break
-        for header, records in decoded:
+        for raw in _batches(plan, index):
+            header, records = decode_batch(raw)
             if header.is_control:
                 walk.on_marker(header, control_type(records))
             elif not walk.on_data(header):
@@ -170,6 +223,22 @@ def _build_map(plan: CleanPlan) -> tuple[OffsetMap, int]:
             offset_map.cover(header.last_offset)
         index += 1
     return offset_map, index
+
+
+def _new_keys(plan: CleanPlan, index: int, offset_map: OffsetMap) -> int:
+    """How many keys of planned segment ``index`` the map lacks, counted up to one past
+    what it still has room for (a segment is mapped whole or not at all)."""
+    room = offset_map.capacity - len(offset_map)
+    mapped = offset_map.offsets
+    new: set[bytes] = set()
+    for raw in _batches(plan, index):
+        header, records = decode_batch(raw)
+        if header.is_control:
+            continue
+        new.update(r.key for r in records if r.key is not None and r.key not in mapped)
+        if len(new) > room:
+            break
+    return len(new)
 
 
 def _groups(segments: list[LogSegment], segment_bytes: int) -> list[_Group]:
@@ -196,7 +265,17 @@ def _groups(segments: list[LogSegment], segment_bytes: int) -> list[_Group]:
 
 def prepare_clean(plan: CleanPlan) -> PreparedClean:
     """Build the offset map and write the cleaned segments into their staging directories.
-    Reads only planned segments; safe off the owner's thread while they stay in the log."""
+    Reads only the planned segments, through the plan's own fds (closed here, whatever
+    happens): safe off the owner's thread even if the log is closed meanwhile (the swap
+    then finds it changed). On an error the staging directories written are removed."""
+    try:
+        return _prepare(plan)
+    finally:
+        plan.close()
+        plan.done.set()
+
+
+def _prepare(plan: CleanPlan) -> PreparedClean:
     offset_map, mapped_to = _build_map(plan)
     config = plan.log.config
     covered = plan.segments[:mapped_to]
@@ -210,22 +289,42 @@ def prepare_clean(plan: CleanPlan) -> PreparedClean:
         upper_bound=plan.found.first_uncleanable,
     )
     groups = _groups(covered, config.segment_bytes)
-    for group in groups:
-        out: list[bytes] = []
-        for segment in group.old:
-            for raw, _pos in _batches(segment):
-                prepared.bytes_read += len(raw)
-                header, records = decode_batch(raw)
-                decision = batch_filter.decide(header, records)
-                if decision.drop:
-                    continue
-                out.append(decision.encode(header) if decision.rewrite else raw)
-        group.bytes_out = sum(len(b) for b in out)
-        prepared.groups.append(group)
-        aborted = [t for t in txns.retained_aborted if group.base <= t.last_offset < group.end]
-        write_cleaned(plan.log.directory, group.base, out, aborted,
-                      index_interval=config.index_interval_bytes, now_ms=plan.now_ms)
+    first_index = 0
+    try:
+        for group in groups:
+            indexes = range(first_index, first_index + len(group.old))
+            first_index += len(group.old)
+            prepared.groups.append(group)
+            write_cleaned(plan.log.directory, group.base,
+                          _cleaned_batches(plan, indexes, batch_filter, prepared, group),
+                          partial(_retained_aborted, txns, group),
+                          index_interval=config.index_interval_bytes, now_ms=plan.now_ms)
+    except BaseException:
+        discard_prepared(prepared)
+        raise
     return prepared
+
+
+def _retained_aborted(txns: TxnWalk, group: _Group) -> list[AbortedTxn]:
+    """The aborted-transaction index entries of ``group`` (once its batches were walked)."""
+    return [t for t in txns.retained_aborted if group.base <= t.last_offset < group.end]
+
+
+def _cleaned_batches(
+    plan: CleanPlan, indexes: range, batch_filter: BatchFilter, prepared: PreparedClean,
+    group: _Group,
+) -> Iterator[bytes]:
+    """What the filter keeps of the group's segments, batch by batch."""
+    for index in indexes:
+        for raw in _batches(plan, index):
+            prepared.bytes_read += len(raw)
+            header, records = decode_batch(raw)
+            decision = batch_filter.decide(header, records)
+            if decision.drop:
+                continue
+            out = decision.encode(header) if decision.rewrite else raw
+            group.bytes_out += len(out)
+            yield out
 
 
 def discard_prepared(prepared: PreparedClean) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,14 @@ from oncelog.config import LogConfig
 from oncelog.records.batch import parse_header
 from oncelog.records.codec import RecordInput, encode_batch, iter_records
 from oncelog.storage.cleaner import CleanableRange, SegmentInfo, cleanable_range, should_clean
-from oncelog.storage.cleaner_run import CHECKPOINT_NAME, clean_now
+from oncelog.storage.cleaner_run import (
+    CHECKPOINT_NAME,
+    CleanAborted,
+    clean_now,
+    discard_prepared,
+    plan_clean,
+    prepare_clean,
+)
 from oncelog.storage.cleaner_txn import delete_horizon
 from oncelog.storage.engine import IsolationLevel
 from oncelog.storage.log import PartitionLog
@@ -349,4 +357,54 @@ def test_batch_ending_at_the_first_uncleanable_offset_is_kept_empty(
     assert engine.log.segments_snapshot()[-1].base_offset == active == last + 1
     clean(engine, clock)
     assert [b for b in batches(engine) if b[0] == last] == [(last, last, False, -1, [])]
+    engine.close()
+
+
+# ---------------------------------------------------------------- a pass racing the log
+
+
+def dirty_log(tmp_path: Path, clock: FakeClock) -> UnifiedLog:
+    engine = open_engine(tmp_path / "p", clock)
+    w = Writer(engine)
+    for i in range(8):
+        w.put(f"k{i % 2}", f"v{i}")
+    w.put("z", "active")
+    engine.flush()
+    return engine
+
+
+def test_a_pass_reads_its_own_fds_when_the_log_is_closed_under_it(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The worker never reads through the log's fds: closed (and their numbers reused by
+    other files), they would give it another file's bytes or EBADF."""
+    engine = dirty_log(tmp_path, clock)
+    plan = plan_clean(engine, now_ms=clock.now_ms(), map_capacity=1000)
+    assert plan is not None
+    engine.close()
+    decoys = [os.open(tmp_path / f"decoy{i}", os.O_RDWR | os.O_CREAT) for i in range(8)]
+    try:
+        for fd in decoys:
+            os.write(fd, b"\xff" * 100)
+        prepared = prepare_clean(plan)
+    finally:
+        for fd in decoys:
+            os.close(fd)
+    assert prepared.groups and prepared.bytes_read == sum(plan.sizes)
+    assert all(fd == -1 for fd in plan.fds) and plan.done.is_set()
+    discard_prepared(prepared)
+    assert not list((tmp_path / "p").glob("*.cleaned"))
+
+
+def test_an_aborted_pass_stops_and_leaves_no_staging(tmp_path: Path, clock: FakeClock) -> None:
+    engine = dirty_log(tmp_path, clock)
+    before = batches(engine)
+    plan = plan_clean(engine, now_ms=clock.now_ms(), map_capacity=1000)
+    assert plan is not None
+    plan.abort.set()
+    with pytest.raises(CleanAborted):
+        prepare_clean(plan)
+    assert plan.done.is_set() and all(fd == -1 for fd in plan.fds)
+    assert not list((tmp_path / "p").glob("*.cleaned"))
+    assert batches(engine) == before
     engine.close()
