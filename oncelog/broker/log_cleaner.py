@@ -29,6 +29,7 @@ from oncelog.broker.partition import Partition
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
+from oncelog.faults import crash_point
 from oncelog.storage.cleaner import map_capacity
 from oncelog.storage.cleaner_run import (
     CleanAborted,
@@ -46,6 +47,12 @@ __all__ = ["CleanerStatus", "LogCleaner"]
 log = logging.getLogger(__name__)
 
 _ABORT_WAIT_S = 30.0
+
+
+def _crash_step(name: str) -> None:
+    """The swap's steps as crash points: ``cleaner.swap.range`` ... ``cleaner.swap.rename``
+    (oncelog.faults; the kill -9 tests of compaction)."""
+    crash_point(f"cleaner.{name}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +139,9 @@ class LogCleaner:
                 or self.partitions.find(partition.topic, partition.index) is not partition:
             discard_prepared(prepared)
             return replace(status, state="idle")
+        crash_point("cleaner.prepared")
         try:
-            result = swap_cleaned(prepared)
+            result = swap_cleaned(prepared, step=_crash_step)
         except Exception:
             log.exception("%s: swapping the cleaned segments in failed", partition.name)
             return replace(status, state="failed")
