@@ -424,6 +424,11 @@ class EtcdMetadataStore:
                     )
                     if event is not None:
                         yield event
+            if not self._closed:
+                raise MetadataStoreError(
+                    f"etcd at {self.endpoint}: the watch from revision {after_revision + 1} "
+                    "ended while the store is open"
+                )
         finally:
             if not self._closed:
                 with contextlib.suppress(*_ETCD_ERRORS):
