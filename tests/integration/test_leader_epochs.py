@@ -139,7 +139,7 @@ def test_clients_sending_leader_epochs_consume_normally(
         for _ in range(100):
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
-                values.append(msg.value())
+                values.append(msg.value() or b"")
                 assert msg.leader_epoch() == 0
             if len(values) == RECORDS - 3:
                 break
