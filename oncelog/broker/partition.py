@@ -132,6 +132,37 @@ class Partition:
         """Offsets below it are decided: no open transaction has records there."""
         return self.log.last_stable_offset
 
+    # -- leader epochs (KIP-101, KIP-320) -----------------------------------------------
+    @property
+    def leader_epoch(self) -> int:
+        """The partition's leader epoch as this broker knows it (0 on a single node)."""
+        return self.log.leader_epoch
+
+    def check_leader_epoch(self, current_leader_epoch: int, *, require_leader: bool = True
+                           ) -> None:
+        """KIP-320, Kafka's Partition.localLogWithEpochOrThrow: a request's
+        ``current_leader_epoch`` (-1: no check) older than the partition's is
+        FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (this broker has not heard of it
+        yet); then NOT_LEADER_OR_FOLLOWER when a leader is required and this is not it."""
+        epoch = self.log.leader_epoch
+        if current_leader_epoch != -1 and current_leader_epoch != epoch:
+            code = (ErrorCode.fenced_leader_epoch if current_leader_epoch < epoch
+                    else ErrorCode.unknown_leader_epoch)
+            raise KafkaError(code, f"{self.name}: request leader epoch {current_leader_epoch}"
+                                   f", partition leader epoch {epoch}")
+        if require_leader and not self.log.is_leader:
+            raise KafkaError(ErrorCode.not_leader_or_follower,
+                             f"{self.name}: this broker is not its leader")
+
+    def end_offset_for_leader_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(epoch, end offset)``, (-1, -1) when undefined."""
+        return self.log.end_offset_for_leader_epoch(epoch)
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch that wrote ``offset`` (-1 when unknown), for ListOffsets."""
+        found = self.log.epochs.epoch_for_offset(offset)
+        return -1 if found is None else found
+
     def last_fetchable_offset(self, isolation: IsolationLevel) -> int:
         """Where a reader of ``isolation`` stops: the LSO (read_committed) or the HW."""
         return self.log.last_fetchable_offset(isolation)

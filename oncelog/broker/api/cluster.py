@@ -138,7 +138,7 @@ def _described_partition(mod: Any, partition: Partition | None, index: int, node
         error_code=ErrorCode.none,
         partition_index=index,
         leader_id=-1 if offline else node_id,
-        leader_epoch=0,
+        leader_epoch=-1 if partition is None else partition.leader_epoch,
         replica_nodes=(node_id,),
         isr_nodes=() if offline else (node_id,),
         eligible_leader_replicas=(),

@@ -1,6 +1,8 @@
 """Fetch (key 1): read whole batches, long-poll until min_bytes or max_wait.
 
-Sessions (KIP-227) are not kept: every fetch is a full fetch, answered with session id 0,
+A partition's ``current_leader_epoch`` (v9+, KIP-320) is checked before reading: older than
+the partition's leader epoch is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH. Sessions
+(KIP-227) are not kept: every fetch is a full fetch, answered with session id 0,
 which tells clients to keep sending full fetches. The response-level max_bytes is soft for
 the first batch returned, as in Kafka, so that a consumer always makes progress.
 """
@@ -92,6 +94,11 @@ def _read_all(
             reads.append(read)
             if partition is None:
                 read.error = ErrorCode.unknown_topic_or_partition
+                continue
+            try:
+                partition.check_leader_epoch(int(getattr(fp, "current_leader_epoch", -1)))
+            except KafkaError as exc:
+                read.error = exc.code
                 continue
             read.high_watermark = partition.high_watermark
             read.last_stable_offset = partition.last_stable_offset

@@ -1,4 +1,9 @@
-"""ListOffsets (key 2): earliest, latest (LSO under read_committed), by timestamp, max."""
+"""ListOffsets (key 2): earliest, latest (LSO under read_committed), by timestamp, max.
+
+``current_leader_epoch`` (v4+, KIP-320) is checked first (FENCED_LEADER_EPOCH /
+UNKNOWN_LEADER_EPOCH); the answer carries the leader epoch of the offset found, from the
+partition's epoch cache (Kafka: the latest epoch for LATEST, the epoch holding the offset
+otherwise)."""
 
 from __future__ import annotations
 
@@ -27,10 +32,12 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
         parts = []
         for p in topic.partitions:
             code = ErrorCode.none
-            offset, timestamp = -1, -1
+            offset, timestamp, epoch = -1, -1, -1
             try:
                 partition = registry.get(topic.name, p.partition_index)
+                partition.check_leader_epoch(int(getattr(p, "current_leader_epoch", -1)))
                 offset, timestamp = _lookup(partition, int(p.timestamp), isolation)
+                epoch = _epoch_of(partition, int(p.timestamp), offset)
             except KafkaError as exc:
                 code = exc.code
             parts.append(
@@ -40,12 +47,23 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                     error_code=code,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0 if code == ErrorCode.none else -1,
+                    leader_epoch=epoch,
                     old_style_offsets=(),
                 )
             )
         topics.append(make(mod.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(parts)))
     return make(mod.ListOffsetsResponse, throttle_time=0, topics=tuple(topics))
+
+
+def _epoch_of(partition: Partition, target: int, offset: int) -> int:
+    """The leader epoch reported with ``offset``: the latest epoch for LATEST (Kafka's
+    latestEpoch), else the epoch whose leader wrote it; -1 when no offset was found."""
+    if offset < 0:
+        return -1
+    if target == LATEST:
+        latest = partition.log.latest_epoch
+        return -1 if latest is None else latest
+    return partition.epoch_for_offset(offset)
 
 
 def _lookup(partition: Partition, target: int, isolation: IsolationLevel) -> tuple[int, int]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.authorized import OMITTED, cluster_operations, topic_operations
-from oncelog.broker.partitions import TopicInfo
+from oncelog.broker.partitions import PartitionRegistry, TopicInfo
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
@@ -50,7 +50,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         except KafkaError as exc:
             topics.append(_topic_error(mod, name, exc.code))
             continue
-        topics.append(_topic(mod, info, node.node_id, topic_ops))
+        topics.append(_topic(mod, info, node.node_id, topic_ops, registry))
 
     brokers = (
         make(
@@ -74,14 +74,17 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _topic(mod: Any, info: TopicInfo, node_id: int, authorized_operations: int) -> Any:
+def _topic(
+    mod: Any, info: TopicInfo, node_id: int, authorized_operations: int,
+    registry: PartitionRegistry,
+) -> Any:
     partitions = tuple(
         make(
             mod.MetadataResponsePartition,
             error_code=ErrorCode.none,
             partition_index=index,
             leader_id=node_id,
-            leader_epoch=0,
+            leader_epoch=_leader_epoch(registry, info.name, index),
             replica_nodes=(node_id,),
             isr_nodes=(node_id,),
             offline_replicas=(),
@@ -97,6 +100,12 @@ def _topic(mod: Any, info: TopicInfo, node_id: int, authorized_operations: int) 
         partitions=partitions,
         topic_authorized_operations=authorized_operations,
     )
+
+
+def _leader_epoch(registry: PartitionRegistry, topic: str, index: int) -> int:
+    """The partition's leader epoch (0 on a single node; -1 if the partition is unknown)."""
+    partition = registry.find(topic, index)
+    return -1 if partition is None else partition.leader_epoch
 
 
 def _topic_error(mod: Any, name: str | None, code: ErrorCode) -> Any:
