@@ -161,9 +161,7 @@ class OffsetReset:
     start_fresh_at: int | None = None
 
 
-def offset_out_of_range_reset(
-    replica_end: int, leader_end: int, leader_start: int
-) -> OffsetReset:
+def offset_out_of_range_reset(replica_end: int, leader_end: int, leader_start: int) -> OffsetReset:
     """Kafka's ``fetchOffsetAndTruncate``: a follower ahead of the leader's end (after an
     unclean election) truncates to it; one behind the leader's start (it was away while the
     leader deleted old segments) starts over at it; otherwise it refetches from its end."""
@@ -238,7 +236,9 @@ class PartitionFetchState:
         watermark as the fallback truncation point."""
         log.info(
             "%s: follower at leader epoch %d, truncating (high watermark %d)",
-            partition, leader_epoch, high_watermark,
+            partition,
+            leader_epoch,
+            high_watermark,
         )
         return cls(partition, high_watermark, leader_epoch, FetchPhase.TRUNCATING)
 
@@ -278,16 +278,19 @@ class PartitionFetchState:
         if leader_epoch < self.leader_epoch:
             log.info(
                 "%s: ignoring leader epoch %d, already at %d",
-                self.partition, leader_epoch, self.leader_epoch,
+                self.partition,
+                leader_epoch,
+                self.leader_epoch,
             )
             return self
         log.info(
             "%s: leader epoch %d -> %d, truncating (high watermark %d)",
-            self.partition, self.leader_epoch, leader_epoch, high_watermark,
+            self.partition,
+            self.leader_epoch,
+            leader_epoch,
+            high_watermark,
         )
-        return self._to(
-            _E.LEADER_CHANGED, leader_epoch=leader_epoch, fetch_offset=high_watermark
-        )
+        return self._to(_E.LEADER_CHANGED, leader_epoch=leader_epoch, fetch_offset=high_watermark)
 
     def truncation_without_epochs(self) -> Truncation:
         """Where to truncate when the follower's log has no leader epoch to ask about:
@@ -303,7 +306,9 @@ class PartitionFetchState:
         event = _E.TRUNCATED if truncation.completed else _E.TRUNCATED_PARTIALLY
         log.info(
             "%s: truncated to %d at leader epoch %d%s",
-            self.partition, truncation.offset, self.leader_epoch,
+            self.partition,
+            truncation.offset,
+            self.leader_epoch,
             "" if truncation.completed else ", asking the leader again",
         )
         return self._to(event, fetch_offset=truncation.offset)
@@ -323,10 +328,14 @@ class PartitionFetchState:
     def on_offset_reset(self, reset: OffsetReset) -> PartitionFetchState:
         log.info(
             "%s: offset out of range at %d, fetching from %d%s",
-            self.partition, self.fetch_offset, reset.fetch_offset,
-            f" after truncating to {reset.truncate_to}" if reset.truncate_to is not None
+            self.partition,
+            self.fetch_offset,
+            reset.fetch_offset,
+            f" after truncating to {reset.truncate_to}"
+            if reset.truncate_to is not None
             else f" after starting over at {reset.start_fresh_at}"
-            if reset.start_fresh_at is not None else "",
+            if reset.start_fresh_at is not None
+            else "",
         )
         return self._to(_E.OFFSET_RESET, fetch_offset=reset.fetch_offset)
 

@@ -230,8 +230,13 @@ class LeaderReplicas:
         )
         log.info(
             "leader of %s at epoch %d from offset %d: hw %d, isr %s, replicas %s (%s)",
-            partition, leader_epoch, leader_end, high_watermark, sorted(tracker._isr),
-            list(replicas), "re-elected" if previous is not None else "new leader",
+            partition,
+            leader_epoch,
+            leader_end,
+            high_watermark,
+            sorted(tracker._isr),
+            list(replicas),
+            "re-elected" if previous is not None else "new leader",
         )
         tracker._maybe_increment_high_watermark(now_ms)
         return tracker
@@ -378,7 +383,10 @@ class LeaderReplicas:
             self._pending = self._isr - set(out)
             log.info(
                 "shrinking ISR of %s from %s to %s: leader end %d, hw %d, out of sync %s",
-                self.partition, sorted(self._isr), sorted(self._pending), self._leader_end,
+                self.partition,
+                sorted(self._isr),
+                sorted(self._pending),
+                self._leader_end,
                 self._high_watermark,
                 ", ".join(
                     f"{r}(leo {s.log_end_offset}, caught up at {s.last_caught_up_time_ms})"
@@ -402,8 +410,14 @@ class LeaderReplicas:
                 log.info(
                     "expanding ISR of %s from %s to %s: replica %d at %d, hw %d, epoch %d "
                     "started at %d",
-                    self.partition, sorted(self._isr), sorted(self._pending), replica, end,
-                    self._high_watermark, self.leader_epoch, self.epoch_start_offset,
+                    self.partition,
+                    sorted(self._isr),
+                    sorted(self._pending),
+                    replica,
+                    end,
+                    self._high_watermark,
+                    self.leader_epoch,
+                    self.epoch_start_offset,
                 )
                 return replica
         return None
@@ -433,7 +447,10 @@ class LeaderReplicas:
         old = self._states[replica]
         log.info(
             "replica %d of %s restarted (broker epoch %s -> %d): its fetch state starts over%s",
-            replica, self.partition, old.broker_epoch, broker_epoch,
+            replica,
+            self.partition,
+            old.broker_epoch,
+            broker_epoch,
             " and it will leave the ISR unless it catches up" if replica in self._isr else "",
         )
         return ReplicaState(last_fetch_leader_end_offset=UNKNOWN_OFFSET, broker_epoch=broker_epoch)
