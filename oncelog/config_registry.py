@@ -269,6 +269,16 @@ _BROKER_KEYS = [
     _key("leader.imbalance.per.broker.percentage", INT, 10, "Share (in percent) of the "
          "partitions a broker prefers but does not lead above which the controller moves "
          "them back to it.", at_least=0),
+    # Cluster mode: the metadata store (etcd) and this broker's session in it.
+    _key("metadata.etcd.endpoints", LS, "", "etcd endpoints (HOST:PORT, comma-separated) "
+         "holding the cluster metadata; empty: a single node with no external service."),
+    _key("metadata.etcd.prefix", T, "/oncelog", "etcd key prefix of this cluster's "
+         "metadata (several clusters may share one etcd)."),
+    _key("broker.session.timeout.ms", INT, 9000, "A broker whose metadata-store lease is not "
+         "renewed for this long is considered gone (etcd lease TTL, whole seconds).",
+         at_least=1),
+    _key("broker.heartbeat.interval.ms", INT, 2000, "How often a broker renews its "
+         "metadata-store lease.", at_least=1),
 ]
 
 
