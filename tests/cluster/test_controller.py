@@ -56,6 +56,13 @@ class Cluster:
             self.controllers[node_id] = Controller(store, node_id, SETTINGS)
             self.tasks[node_id] = asyncio.create_task(self.controllers[node_id].run())
 
+    async def start_three(self) -> None:
+        """Brokers 1 (the controller), 2 and 3, once the internal topic exists."""
+        await self.add(1, controller=True)
+        await self.add(2, controller=False)
+        await self.add(3, controller=False)
+        await self.wait(1, created)
+
     def active(self) -> list[int]:
         return [n for n, c in self.controllers.items() if c.is_active]
 
@@ -100,6 +107,16 @@ def created(image: MetadataImage) -> bool:
     return len(txn_states(image)) == 3
 
 
+def off(node_id: int) -> Callable[[MetadataImage], bool]:
+    """Does ``node_id`` neither lead nor sit in the ISR of any partition (all led)?"""
+
+    def check(image: MetadataImage) -> bool:
+        return all(s.leader not in (node_id, NO_LEADER) and node_id not in s.isr
+                   for s in txn_states(image))
+
+    return check
+
+
 def test_one_controller_acts_and_the_other_takes_over_when_its_store_closes(
     etcd: EtcdProcess,
 ) -> None:
@@ -139,18 +156,12 @@ def test_one_controller_acts_and_the_other_takes_over_when_its_store_closes(
 def test_leaders_move_when_a_registration_vanishes(etcd: EtcdProcess) -> None:
     async def scenario() -> None:
         async with cluster_of(etcd) as cluster:
-            await cluster.add(1, controller=True)
-            await cluster.add(2, controller=False)
-            await cluster.add(3, controller=False)
-            await cluster.wait(1, created)
+            await cluster.start_three()
             before = {k: v.state for k, v in cluster.controllers[1].image.partitions.items()}
             assert any(s.leader == 3 for s in before.values())
             await cluster.stop(3)
 
-            def moved(image: MetadataImage) -> bool:
-                return all(s.leader in (1, 2) and 3 not in s.isr for s in txn_states(image))
-
-            await cluster.wait(1, moved)
+            await cluster.wait(1, off(3))
             for key, versioned in cluster.controllers[1].image.partitions.items():
                 if before[key].leader == 3:
                     assert versioned.state.leader_epoch == before[key].leader_epoch + 1
@@ -163,16 +174,10 @@ def test_leaders_move_when_a_registration_vanishes(etcd: EtcdProcess) -> None:
 def test_controlled_shutdown_moves_leadership_away(etcd: EtcdProcess) -> None:
     async def scenario() -> None:
         async with cluster_of(etcd) as cluster:
-            await cluster.add(1, controller=True)
-            await cluster.add(2, controller=False)
-            await cluster.add(3, controller=False)
-            await cluster.wait(1, created)
+            await cluster.start_three()
             await cluster.stores[2].update_registration(registration(2, shutting_down=True))
 
-            def away(image: MetadataImage) -> bool:
-                return all(s.leader != 2 and 2 not in s.isr for s in txn_states(image))
-
-            await cluster.wait(1, away)
+            await cluster.wait(1, off(2))
             assert 2 in cluster.controllers[1].image.brokers  # still alive, just not leading
             assert cluster.controllers[1].stats.controlled_shutdowns >= 1
 
@@ -203,16 +208,10 @@ class RacingStore(EtcdMetadataStore):
 def test_a_refused_write_is_decided_again_from_the_newer_state(etcd: EtcdProcess) -> None:
     async def scenario() -> None:
         async with cluster_of(etcd, RacingStore) as cluster:
-            await cluster.add(1, controller=True)
-            await cluster.add(2, controller=False)
-            await cluster.add(3, controller=False)
-            await cluster.wait(1, created)
+            await cluster.start_three()
             await cluster.stop(3)
 
-            def moved(image: MetadataImage) -> bool:
-                return all(s.leader in (1, 2) and 3 not in s.isr for s in txn_states(image))
-
-            await cluster.wait(1, moved)
+            await cluster.wait(1, off(3))
             controller = cluster.controllers[1]
             assert RacingStore.raced and controller.stats.cas_conflicts == 1
             # The re-decided write was based on the competing state: its partition epoch is
