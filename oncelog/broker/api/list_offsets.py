@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.cluster_view import check_leader
 from oncelog.broker.partitions import Partition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -21,16 +22,20 @@ EARLIEST_LOCAL = -4
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LIST_OFFSETS, ctx.api_version)
     registry = ctx.services.partitions
+    view = ctx.services.cluster
     isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
     topics = []
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
             code = ErrorCode.none
-            offset, timestamp = -1, -1
+            offset, timestamp, epoch = -1, -1, -1
             try:
+                check_leader(view, topic.name, p.partition_index)
                 partition = registry.get(topic.name, p.partition_index)
                 offset, timestamp = _lookup(partition, int(p.timestamp), isolation)
+                state = view.partition(topic.name, p.partition_index)
+                epoch = -1 if state is None else state.leader_epoch
             except KafkaError as exc:
                 code = exc.code
             parts.append(
@@ -40,7 +45,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                     error_code=code,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0 if code == ErrorCode.none else -1,
+                    leader_epoch=epoch,
                     old_style_offsets=(),
                 )
             )
