@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
-from oncelog.broker.cluster_view import LocalClusterView
+from oncelog.broker.cluster_view import BrokerEndpoint, LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.dynamic_config import describe_listeners, load_dynamic_configs
@@ -127,7 +127,9 @@ class Broker:
             groups=self.groups,
             transactions=self.transactions,
             producer_ids=self.producer_ids,
-            cluster=LocalClusterView(node, self.partitions),
+            cluster=LocalClusterView(
+                BrokerEndpoint(node.node_id, node.host, node.port), self.partitions
+            ),
         )
 
     def request_stop(self) -> None:
