@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster.replica_manager import ReplicaManager
     from oncelog.broker.partitions import PartitionRegistry
     from oncelog.clock import Clock
     from oncelog.config import BrokerConfig
@@ -45,3 +46,5 @@ class BrokerContext:
     groups: GroupCoordinator
     transactions: TransactionCoordinator
     producer_ids: ProducerIdManager
+    # The leader's side of replication (cluster mode); None on a single node.
+    replication: ReplicaManager | None = None
