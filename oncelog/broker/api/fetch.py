@@ -8,6 +8,11 @@ which tells clients to keep sending full fetches. A fetch with a replica id (a f
 to move, and feeds the leader's replica tracking (the ISR and the high watermark,
 ``oncelog.broker.cluster.replica_manager``). The response-level max_bytes is soft for
 the first batch returned, as in Kafka, so that a consumer always makes progress.
+
+A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER. Kafka adds the
+current leader (KIP-951) to such answers only from Fetch v16, when the response also
+carries ``node_endpoints`` (``KafkaApis.handleFetchRequest``); below v16 ``current_leader``
+keeps its default, so this broker (Fetch up to v12) leaves it there too.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.cluster_view import ClusterView, check_leader
 from oncelog.broker.partitions import Partition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -95,6 +101,7 @@ def _read_all(
     with NOT_LEADER_OR_FOLLOWER for a broker that holds no replica); without replication
     (one node) it is served as such a read alone."""
     registry = ctx.services.partitions
+    view: ClusterView = ctx.services.cluster
     replication = ctx.services.replication
     follower = replica_id >= 0
     reads: list[_PartitionRead] = []
@@ -104,6 +111,11 @@ def _read_all(
             partition = registry.find(topic.topic, fp.partition)
             read = _PartitionRead(topic.topic, fp.partition, partition)
             reads.append(read)
+            try:
+                check_leader(view, topic.topic, fp.partition)
+            except KafkaError as exc:
+                read.error, read.partition = exc.code, None
+                continue
             if partition is None:
                 read.error = ErrorCode.unknown_topic_or_partition
                 continue
