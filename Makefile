@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-fast lint bench clean reference js browser go-harness
+.PHONY: serve test test-fast lint bench clean reference js browser etcd go-harness
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,14 @@ browser:
 		apt-cache show chromium >/dev/null 2>&1 || apt-get update; \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
 
+# Debian's etcd (package etcd-server, /usr/bin/etcd) for the cluster tests (tests/cluster:
+# tests/support/etcd.py starts one per test module as the metadata store). Installed only
+# when missing, like chromium; `make serve` (one node) never needs it.
+etcd:
+	@test -x /usr/bin/etcd || { \
+		apt-cache show etcd-server >/dev/null 2>&1 || apt-get update; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server; }
+
 # The Go client test's program (tests/go: franz-go's GroupTransactSession, driven by
 # tests/integration/test_go_client.py), built into the reference cache; make rebuilds it
 # only when a source or the module files are newer than the binary. Needs Go and the module
@@ -61,7 +69,7 @@ $(GO_HARNESS): tests/go/go.mod tests/go/go.sum $(wildcard tests/go/*.go)
 
 go-harness: $(GO_HARNESS)
 
-test: $(TEST_STAMP) lint reference js browser go-harness
+test: $(TEST_STAMP) lint reference js browser etcd go-harness
 	$(VENV)/bin/pytest -q tests
 
 # For development: lint and the unit tests only (no broker processes, no Java), under a minute.

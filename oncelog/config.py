@@ -247,6 +247,7 @@ class LogConfig:
     index_interval_bytes: int = 4096
     segment_index_bytes: int = 10485760
     compression_type: str = "producer"
+    min_insync_replicas: int = 1
     # Compaction (cleanup.policy=compact; oncelog.storage.cleaner), Kafka's defaults.
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
@@ -276,6 +277,7 @@ class LogConfig:
             index_interval_bytes=int(values["index.interval.bytes"]),
             segment_index_bytes=int(values["segment.index.bytes"]),
             compression_type=str(values["compression.type"]),
+            min_insync_replicas=int(values["min.insync.replicas"]),
             min_cleanable_dirty_ratio=float(values["min.cleanable.dirty.ratio"]),
             min_compaction_lag_ms=int(values["min.compaction.lag.ms"]),
             max_compaction_lag_ms=int(values["max.compaction.lag.ms"]),

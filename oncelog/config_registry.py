@@ -131,7 +131,7 @@ _TOPIC_KEYS = [
     _key("min.compaction.lag.ms", L, 0, "Shortest time a record stays uncompacted.",
          at_least=0, synonyms=("log.cleaner.min.compaction.lag.ms",)),
     _key("min.insync.replicas", INT, 1, "In-sync replicas an acks=all write needs.",
-         at_least=1, synonyms=("min.insync.replicas",), not_yet=REPLICATION),
+         at_least=1, synonyms=("min.insync.replicas",)),
     _key("preallocate", B, False, "Preallocate segment files when they are created.",
          synonyms=("log.preallocate",), not_yet="segment files grow as they are written"),
     _key("remote.copy.lag.bytes", L, -1, "Bytes of local log not yet copied to remote "
@@ -263,6 +263,44 @@ _BROKER_KEYS = [
          "kafka-features.sh): 2 is transactions v2 (KIP-890 part 2: Produce v12 adds "
          "partitions implicitly, the epoch is bumped for every transaction), 1 or 0 keep "
          "clients on transactions v1 (AddPartitionsToTxn).", at_least=0, at_most=2),
+    # The cluster's controller (oncelog.broker.cluster.controller; cluster mode only).
+    _key("transaction.state.log.replication.factor", S, 3, "Replication of "
+         "__transaction_state (1 on one node); the controller creates it once this many "
+         "brokers are alive.", at_least=1),
+    _key("auto.leader.rebalance.enable", B, True, "Let the controller move leadership back "
+         "to each partition's preferred (first) replica when a broker's share of partitions "
+         "it prefers but does not lead exceeds leader.imbalance.per.broker.percentage."),
+    _key("leader.imbalance.check.interval.seconds", L, 300, "How often the controller checks "
+         "the preferred-leader imbalance.", at_least=1),
+    _key("leader.imbalance.per.broker.percentage", INT, 10, "Share (in percent) of the "
+         "partitions a broker prefers but does not lead above which the controller moves "
+         "them back to it.", at_least=0),
+    # Cluster mode: the metadata store (etcd) and this broker's session in it.
+    _key("metadata.etcd.endpoints", LS, "", "etcd endpoints (HOST:PORT, comma-separated) "
+         "holding the cluster metadata; empty: a single node with no external service."),
+    _key("metadata.etcd.prefix", T, "/oncelog", "etcd key prefix of this cluster's "
+         "metadata (several clusters may share one etcd)."),
+    _key("broker.session.timeout.ms", INT, 9000, "A broker whose metadata-store lease is not "
+         "renewed for this long is considered gone (etcd lease TTL, whole seconds).",
+         at_least=1),
+    _key("broker.heartbeat.interval.ms", INT, 2000, "How often a broker renews its "
+         "metadata-store lease.", at_least=1),
+    # Replication (oncelog.broker.cluster.replica_fetcher / replica_manager; cluster mode).
+    _key("replica.lag.time.max.ms", L, 30000, "A follower that has not caught up with the "
+         "leader's log end for this long leaves the ISR.", at_least=0),
+    _key("replica.fetch.wait.max.ms", INT, 500, "Longest a follower's fetch waits at the "
+         "leader for data.", at_least=0),
+    _key("replica.fetch.max.bytes", INT, 1048576, "Bytes a follower's fetch asks for per "
+         "partition (the first batch is returned whole even if larger).", at_least=0),
+    _key("replica.fetch.response.max.bytes", INT, 10485760, "Bytes a follower's fetch asks "
+         "for in all.", at_least=0),
+    _key("replica.fetch.min.bytes", INT, 1, "Bytes a follower's fetch waits for at the "
+         "leader.", at_least=1),
+    _key("replica.fetch.backoff.ms", INT, 1000, "Pause of a follower's fetcher after an "
+         "error.", at_least=0),
+    _key("replica.socket.timeout.ms", INT, 30000, "Time a follower waits for the leader's "
+         "answer beyond replica.fetch.wait.max.ms.", at_least=1),
+    _key("num.replica.fetchers", INT, 1, "Fetcher tasks per source broker.", at_least=1),
 ]
 
 

@@ -7,6 +7,8 @@
 - ``kafka_factory(**kwargs)`` / ``kafka_broker``: Apache Kafka 4.4 as a reference broker
   (``KafkaProcess``, tests/support/kafka.py). Without Java or the cache (``make reference``)
   they fail with a message saying so: they never skip.
+- ``etcd``: one etcd for the test module (tests/support/etcd.py); tests keep apart by key
+  prefix (``unique_prefix()``). Fails, never skips, without etcd (``make etcd``).
 - ``kafkajs_admin(bootstrap, operations)``: KafkaJS's admin client through
   tests/js/admin_runner.js (tests/support/kafkajs.py); fails, never skips, without node or
   ``make js``.
@@ -32,6 +34,7 @@ if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
 from tests.support.broker import BrokerProcess  # noqa: E402
+from tests.support.etcd import EtcdMissing, EtcdProcess, start_etcd  # noqa: E402
 from tests.support.fault_proxy import FaultProxy  # noqa: E402
 from tests.support.kafka import (  # noqa: E402
     KafkaFactory,
@@ -64,7 +67,7 @@ def _test_failed(request: pytest.FixtureRequest) -> bool:
     return any(report.failed for report in reports.values())
 
 
-def _dump_log(broker: BrokerProcess | KafkaProcess) -> None:
+def _dump_log(broker: BrokerProcess | KafkaProcess | EtcdProcess) -> None:
     print(f"\n===== {broker!r}: last lines of {broker.log_path} =====")
     print(broker.log_tail(300))
 
@@ -168,6 +171,25 @@ def kafka_broker(kafka_factory: KafkaFactory) -> KafkaProcess:
     """A fresh Apache Kafka 4.4 broker (single KRaft node) with the single-node defaults."""
     return kafka_factory()
 
+
+
+@pytest.fixture(scope="module")
+def etcd(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EtcdProcess]:
+    """One etcd member on loopback for the module, killed at teardown; its log is printed
+    if a test of the module failed."""
+    try:
+        process = start_etcd(tmp_path_factory.mktemp("etcd"))
+    except EtcdMissing as exc:
+        pytest.fail(f"etcd unavailable: {exc}", pytrace=False)
+    failed_before = request.session.testsfailed
+    try:
+        yield process
+    finally:
+        process.kill()
+        if request.session.testsfailed > failed_before:
+            _dump_log(process)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
+from oncelog.broker.cluster_view import BrokerEndpoint, LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.dynamic_config import describe_listeners, load_dynamic_configs
@@ -35,7 +36,7 @@ from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
-from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, internal_topic_specs
 from oncelog.ui.server import Console, bind_console, serve_console
 
 log = logging.getLogger(__name__)
@@ -88,20 +89,8 @@ class Broker:
                            (self.advertised_host, self.advertised_port))
         load_dynamic_configs(self.data_dir, self.config)
         internal = {
-            OFFSETS_TOPIC: (
-                int(self.config["offsets.topic.num.partitions"]),
-                {
-                    "cleanup.policy": "compact",
-                    "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-                },
-            ),
-            TRANSACTION_STATE_TOPIC: (
-                int(self.config["transaction.state.log.num.partitions"]),
-                {
-                    "cleanup.policy": "compact",
-                    "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
-                },
-            ),
+            name: (spec.partitions, spec.configs)
+            for name, spec in internal_topic_specs(self.config).items()
         }
         self.partitions.load({name: configs for name, (_, configs) in internal.items()})
         for name, (count, configs) in internal.items():
@@ -118,16 +107,20 @@ class Broker:
             self.clock,
         )
         self.transactions.load()
+        node = NodeIdentity(
+            self.node_id, self.cluster_id, self.advertised_host, self.advertised_port
+        )
         self.services = BrokerContext(
             config=self.config,
             clock=self.clock,
-            node=NodeIdentity(
-                self.node_id, self.cluster_id, self.advertised_host, self.advertised_port
-            ),
+            node=node,
             partitions=self.partitions,
             groups=self.groups,
             transactions=self.transactions,
             producer_ids=self.producer_ids,
+            cluster=LocalClusterView(
+                BrokerEndpoint(node.node_id, node.host, node.port), self.partitions
+            ),
             cleaner=self.cleaner,
         )
 

@@ -82,9 +82,10 @@ class Partition:
         self.raw_log = log
         self.log: UnifiedLog = cast(UnifiedLog, _GuardedLog(log, self))
         self.offline: str | None = None
-        # Fetches waiting for data, by isolation level (see _maybe_wake).
-        self._waiters: dict[IsolationLevel, set[asyncio.Future[None]]] = {
-            level: set() for level in IsolationLevel
+        # Fetches waiting for data, by isolation level; None: followers' fetches, which
+        # read up to the log end (see _maybe_wake).
+        self._waiters: dict[IsolationLevel | None, set[asyncio.Future[None]]] = {
+            level: set() for level in [*IsolationLevel, None]
         }
 
     @property
@@ -124,13 +125,56 @@ class Partition:
         return self.log.log_start_offset
 
     @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Replication moved the high watermark (a leader: what the ISR holds; a follower:
+        the leader's, bounded by its own log end); waiting fetches are woken if it moved."""
+        before = self._offsets()
+        moved = self.log.maybe_increment_high_watermark(offset)
+        self._maybe_wake(before)
+        return moved
 
     @property
     def last_stable_offset(self) -> int:
         """Offsets below it are decided: no open transaction has records there."""
         return self.log.last_stable_offset
+
+    # -- leader epochs (KIP-101, KIP-320) -----------------------------------------------
+    @property
+    def leader_epoch(self) -> int:
+        """The partition's leader epoch as this broker knows it (0 on a single node)."""
+        return self.log.leader_epoch
+
+    def check_leader_epoch(self, current_leader_epoch: int, *, require_leader: bool = True
+                           ) -> None:
+        """KIP-320, Kafka's Partition.localLogWithEpochOrThrow: a request's
+        ``current_leader_epoch`` (-1: no check) older than the partition's is
+        FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (this broker has not heard of it
+        yet); then NOT_LEADER_OR_FOLLOWER when a leader is required and this is not it."""
+        epoch = self.log.leader_epoch
+        if current_leader_epoch != -1 and current_leader_epoch != epoch:
+            code = (ErrorCode.fenced_leader_epoch if current_leader_epoch < epoch
+                    else ErrorCode.unknown_leader_epoch)
+            raise KafkaError(code, f"{self.name}: request leader epoch {current_leader_epoch}"
+                                   f", partition leader epoch {epoch}")
+        if require_leader and not self.log.is_leader:
+            raise KafkaError(ErrorCode.not_leader_or_follower,
+                             f"{self.name}: this broker is not its leader")
+
+    def end_offset_for_leader_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(epoch, end offset)``, (-1, -1) when undefined."""
+        return self.log.end_offset_for_leader_epoch(epoch)
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch that wrote ``offset`` (-1 when unknown), for ListOffsets."""
+        found = self.log.epochs.epoch_for_offset(offset)
+        return -1 if found is None else found
 
     def last_fetchable_offset(self, isolation: IsolationLevel) -> int:
         """Where a reader of ``isolation`` stops: the LSO (read_committed) or the HW."""
@@ -160,6 +204,12 @@ class Partition:
         self._maybe_wake(before)
         return offset
 
+    def truncate_to(self, offset: int) -> None:
+        """A follower cuts its log at ``offset`` (where it diverged from its leader)."""
+        before = self._offsets()
+        self.log.truncate_to(offset)
+        self._maybe_wake(before)
+
     # -- reads ----------------------------------------------------------------------------
     def read(
         self,
@@ -168,10 +218,14 @@ class Partition:
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         *,
         min_one_batch: bool = True,
+        upto_log_end: bool = False,
     ) -> FetchResult:
         """Whole batches from ``offset`` below the HW (read_uncommitted) or the LSO
-        (read_committed, with the aborted transactions overlapping what is returned)."""
-        return self.log.read(offset, max_bytes, isolation, min_one_batch=min_one_batch)
+        (read_committed, with the aborted transactions overlapping what is returned);
+        ``upto_log_end``: below the log end (a follower's fetch)."""
+        return self.log.read(
+            offset, max_bytes, isolation, min_one_batch=min_one_batch, upto_log_end=upto_log_end
+        )
 
     def producers(self) -> list[ProducerInfo]:
         """The producers this partition knows (DescribeProducers), by producer id."""
@@ -206,17 +260,20 @@ class Partition:
         return start
 
     # -- fetch waiters ----------------------------------------------------------------------
-    def _offsets(self) -> tuple[int, int]:
-        return self.log.high_watermark, self.log.last_stable_offset
+    def _offsets(self) -> tuple[int, int, int]:
+        return self.log.high_watermark, self.log.last_stable_offset, self.log.log_end_offset
 
-    def _maybe_wake(self, before: tuple[int, int]) -> None:
+    def _maybe_wake(self, before: tuple[int, int, int]) -> None:
         """Wake read_uncommitted waiters when the HW moved, read_committed ones only when the
-        LSO moved (an append inside an open transaction gives them nothing to read)."""
-        high_watermark, stable = self._offsets()
+        LSO moved (an append inside an open transaction gives them nothing to read), and
+        followers' fetches when the log end moved."""
+        high_watermark, stable, log_end = self._offsets()
         if high_watermark != before[0]:
             self._wake(self._waiters[IsolationLevel.READ_UNCOMMITTED])
         if stable != before[1]:
             self._wake(self._waiters[IsolationLevel.READ_COMMITTED])
+        if log_end != before[2]:
+            self._wake(self._waiters[None])
 
     @staticmethod
     def _wake(waiters: set[asyncio.Future[None]]) -> None:
@@ -233,8 +290,10 @@ class Partition:
     def add_waiter(
         self,
         fut: asyncio.Future[None],
-        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        isolation: IsolationLevel | None = IsolationLevel.READ_UNCOMMITTED,
     ) -> None:
+        """Wake ``fut`` when what a reader of ``isolation`` may read grows (None: a
+        follower, reading up to the log end)."""
         self._waiters[isolation].add(fut)
 
     def remove_waiter(self, fut: asyncio.Future[None]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Protocol
 
 import crc32c
 
@@ -50,6 +51,15 @@ def _decode(data: bytes, path: Path) -> int:
         return value
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProducerIdFileError(f"{path}: unreadable producer id block file: {exc}") from exc
+
+
+class ProducerIdSource(Protocol):
+    """What the transaction coordinator needs: ``next_id()``, synchronous. Implemented by
+    ``ProducerIdManager`` (one node, a file) and, in cluster mode, by
+    ``oncelog.broker.cluster.producer_ids.ClusterProducerIdManager`` (blocks from the
+    metadata store; raises a retriable KafkaError while it has none)."""
+
+    def next_id(self) -> int: ...
 
 
 class ProducerIdManager:

@@ -14,7 +14,8 @@ interface and run against every engine.
 
 On one node the high watermark is the log end offset once an append has returned; it is
 still the engine's own value, separate from the log end, so that replication can hold it
-back to what the in-sync replicas have.
+back to what the in-sync replicas have (open the engine with ``auto_high_watermark=False``
+and ``leader_epoch=None``, then ``become_leader`` / ``become_follower``).
 """
 
 from __future__ import annotations
@@ -108,6 +109,34 @@ class PartitionEngine(Protocol):
     @property
     def first_unstable_offset(self) -> int | None: ...
 
+    # -- leadership and leader epochs (oncelog.storage.leader_epoch) ------------------------
+    @property
+    def leader_epoch(self) -> int:
+        """The partition's leader epoch as this replica knows it (-1: none yet). A leader
+        stamps it on every CLIENT/COORDINATOR batch and marker; one node leads epoch 0."""
+        ...
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def become_leader(self, epoch: int) -> None:
+        """Lead ``epoch`` from the log end (the epoch cache starts it there)."""
+        ...
+
+    def become_follower(self, epoch: int) -> None:
+        """Follow the leader of ``epoch``: appends other than REPLICATION are refused with
+        NOT_LEADER_OR_FOLLOWER."""
+        ...
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest epoch in the log's epoch cache; None when it has none."""
+        ...
+
+    def end_offset_for_leader_epoch(self, epoch: int) -> tuple[int, int]:
+        """``(epoch, end offset)`` for OffsetForLeaderEpoch; (-1, -1) when undefined."""
+        ...
+
     @property
     def config(self) -> LogConfig: ...
 
@@ -147,9 +176,11 @@ class PartitionEngine(Protocol):
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         *,
         min_one_batch: bool = True,
+        upto_log_end: bool = False,
     ) -> FetchResult:
         """Batches from ``offset`` below the high watermark (read_uncommitted) or the LSO
-        (read_committed). OFFSET_OUT_OF_RANGE outside [log start, log end]."""
+        (read_committed); with ``upto_log_end`` below the log end (a follower's fetch,
+        Kafka's FetchIsolation.LOG_END). OFFSET_OUT_OF_RANGE outside [log start, log end]."""
         ...
 
     def producers(self) -> list[ProducerInfo]:

@@ -31,22 +31,25 @@ def open_engine(
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     snapshot_writer: SnapshotWriter = write_now,
     auto_high_watermark: bool = True,
+    leader_epoch: int | None = 0,
 ) -> UnifiedLog:
     """Open the partition whose data lives in ``directory`` (``<topic>-<partition>``) with
     the engine ``url`` names; ValueError for an unknown scheme. The memory engine uses only
     the directory's name and starts empty. ``snapshot_writer`` runs the file engine's
     producer-state snapshot jobs (pass one writing in a worker thread to keep fsync off the
-    event loop); ``auto_high_watermark=False`` leaves the high watermark to the caller."""
+    event loop); ``auto_high_watermark=False`` leaves the high watermark to the caller;
+    ``leader_epoch`` (default 0: one node) is the epoch the engine leads from the start, None
+    to wait for ``become_leader`` / ``become_follower`` (replication)."""
     scheme = storage_engine_scheme(url)
     if scheme == "memory":
         return open_memory_engine(
             directory.name, config, clock, producer_id_expiration_ms=producer_id_expiration_ms,
-            auto_high_watermark=auto_high_watermark,
+            auto_high_watermark=auto_high_watermark, leader_epoch=leader_epoch,
         )
     return UnifiedLog.open(
         directory, config, clock,
         producer_id_expiration_ms=producer_id_expiration_ms, snapshot_writer=snapshot_writer,
-        auto_high_watermark=auto_high_watermark,
+        auto_high_watermark=auto_high_watermark, leader_epoch=leader_epoch,
     )
 
 

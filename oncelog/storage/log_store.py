@@ -47,8 +47,11 @@ class LogStore(Protocol):
     def update_config(self, config: LogConfig) -> None: ...
 
     def append(
-        self, buf: bytearray, headers: list[BatchHeader], *, log_append_time_ms: int | None = None
-    ) -> AppendResult: ...
+        self, buf: bytearray, headers: list[BatchHeader], *, log_append_time_ms: int | None = None,
+        partition_leader_epoch: int | None = None,
+    ) -> AppendResult:
+        """``partition_leader_epoch``, when given, is written into every batch."""
+        ...
 
     def read(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None,

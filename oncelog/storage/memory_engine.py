@@ -89,7 +89,8 @@ class MemoryLog:
 
     # -- append and read ---------------------------------------------------------------------
     def append(
-        self, buf: bytearray, headers: list[BatchHeader], *, log_append_time_ms: int | None = None
+        self, buf: bytearray, headers: list[BatchHeader], *, log_append_time_ms: int | None = None,
+        partition_leader_epoch: int | None = None,
     ) -> AppendResult:
         if not headers:
             raise ValueError("append needs at least one batch")
@@ -99,7 +100,10 @@ class MemoryLog:
         if self._active_size and self._active_size + len(buf) > self._config.segment_bytes:
             self._segment_bases.append(base_offset)
             self._active_size = 0
-        written = assign_offsets(buf, headers, base_offset, log_append_time_ms)
+        written = assign_offsets(
+            buf, headers, base_offset, log_append_time_ms,
+            partition_leader_epoch=partition_leader_epoch,
+        )
         now = self._clock.now_ms()
         pos = 0
         for header in written:
@@ -305,9 +309,14 @@ def open_memory_engine(
     *,
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     auto_high_watermark: bool = True,
+    leader_epoch: int | None = 0,
 ) -> UnifiedLog:
-    """A new, empty in-memory partition engine named ``name`` (e.g. ``topic-0``)."""
+    """A new, empty in-memory partition engine named ``name`` (e.g. ``topic-0``), leading
+    ``leader_epoch`` at once unless it is None (as ``UnifiedLog.open``)."""
     state = ProducerStateManager(name, clock, producer_id_expiration_ms)
-    return UnifiedLog(
+    engine = UnifiedLog(
         MemoryLog(name, config, clock), state, clock, auto_high_watermark=auto_high_watermark
     )
+    if leader_epoch is not None:
+        engine.become_leader(leader_epoch)
+    return engine

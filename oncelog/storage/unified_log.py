@@ -29,6 +29,18 @@ Recovery only replays (``oncelog.storage.file_engine`` opens the files and loads
 usable producer-state snapshot; ``_rebuild_from`` applies every batch after it, and
 ``truncate_to`` is the same reload, Kafka's truncateAndReload, after cutting the log).
 
+Leader epochs (KIP-101, KIP-279): every batch carries the epoch of the leader that wrote it
+(header bytes 12..15, outside the CRC). CLIENT and COORDINATOR appends and markers are
+stamped with the engine's ``leader_epoch`` (``become_leader``; a single node is the leader of
+epoch 0 from the start, as a single-node Kafka); REPLICATION appends keep the leader's epochs.
+The ``LeaderEpochCache`` (``oncelog.storage.leader_epoch``, persisted in
+``leader-epoch-checkpoint``) follows the log: assigned when an epoch writes its first batch
+(before the append, so the checkpoint never misses a batch that reached the log), cut with
+the log by ``truncate_to``, moved with the log start by retention and DeleteRecords, checked
+against the log when opened (entries past the log end are dropped, the replayed tail is
+assigned again) and rebuilt from the batches when the checkpoint is missing or damaged. A
+follower (``become_follower``) refuses every append but REPLICATION.
+
 Producer-state snapshots are taken when the store rolls. The bytes are encoded at the roll
 and handed, as a job, to the injected ``snapshot_writer`` (default: run at once), so the
 broker can write them off the event loop; a job writes under a lock and only if no
@@ -44,7 +56,7 @@ from pathlib import Path
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
-from oncelog.errors import KafkaError
+from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.batch import BatchHeader, parse_header
 from oncelog.records.codec import decode_batch
 from oncelog.records.control import ControlType, decode_control, encode_marker_batch
@@ -56,6 +68,13 @@ from oncelog.storage.file_engine import (
     SnapshotWriter,
     open_partition_files,
     write_now,
+)
+from oncelog.storage.leader_epoch import (
+    UNDEFINED_EPOCH,
+    EpochEntry,
+    LeaderEpochCache,
+    read_checkpoint,
+    write_checkpoint,
 )
 from oncelog.storage.log import AppendResult
 from oncelog.storage.log_store import LogStore
@@ -74,6 +93,32 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
+def _load_epochs(directory: Path, log: LogStore) -> LeaderEpochCache:
+    """The partition's leader-epoch cache from its checkpoint, cut to the recovered log; when
+    the checkpoint is missing or damaged, rebuilt from the batches' leader epochs (logged)
+    and written again."""
+
+    def persist(entries: list[EpochEntry]) -> None:
+        write_checkpoint(directory, entries)
+
+    entries = read_checkpoint(directory)
+    cache = LeaderEpochCache(directory.name, entries, persist)
+    if entries is not None:
+        cache.truncate_from_end(log.log_end_offset)
+        cache.truncate_from_start(log.log_start_offset)
+        return cache
+    if log.log_end_offset == log.log_start_offset:
+        return cache  # nothing to rebuild from; the first epoch assigned writes the file
+    batches = 0
+    for header in log.batch_headers(log.log_start_offset):
+        batches += 1
+        cache.assign_if_newer(header.partition_leader_epoch, header.base_offset)
+    persist(cache.entries)
+    logger.info("%s: leader-epoch cache rebuilt from %d batches: %s", directory, batches,
+                " ".join(f"{e.epoch}@{e.start_offset}" for e in cache.entries) or "empty")
+    return cache
+
+
 class UnifiedLog:
     """One partition's engine (``oncelog.storage.engine.PartitionEngine``)."""
 
@@ -86,6 +131,7 @@ class UnifiedLog:
         snapshot_dir: Path | None = None,
         snapshot_writer: SnapshotWriter = write_now,
         auto_high_watermark: bool = True,
+        epochs: LeaderEpochCache | None = None,
     ) -> None:
         self.log = log
         self.producer_state = producer_state
@@ -98,6 +144,11 @@ class UnifiedLog:
         self._snapshots = RollSnapshots(snapshot_dir, snapshot_writer)
         # Batches replayed into the producer state when opened (recovery work done).
         self.replayed_batches = 0
+        self.epochs = epochs if epochs is not None else LeaderEpochCache(str(log.directory))
+        # The partition's leader epoch as this replica knows it (-1: none yet), and whether
+        # this replica leads it (only a leader takes CLIENT and COORDINATOR appends).
+        self._leader_epoch = UNDEFINED_EPOCH
+        self._is_leader = False
 
     @classmethod
     def open(
@@ -109,13 +160,17 @@ class UnifiedLog:
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         snapshot_writer: SnapshotWriter = write_now,
         auto_high_watermark: bool = True,
+        leader_epoch: int | None = 0,
     ) -> UnifiedLog:
-        """The file engine: open (or create) the partition in ``directory`` and recover."""
+        """The file engine: open (or create) the partition in ``directory`` and recover.
+        With ``leader_epoch`` (default 0: one node) it leads that epoch at once; with None
+        it waits for ``become_leader`` or ``become_follower``."""
         files = open_partition_files(directory, config, clock, producer_id_expiration_ms)
         log, state, start = files.log, files.producer_state, files.replay_from
         unified = cls(
             log, state, clock, snapshot_dir=directory, snapshot_writer=snapshot_writer,
             auto_high_watermark=auto_high_watermark,
+            epochs=_load_epochs(directory, log),
         )
         replayed = unified._rebuild_from(start)
         unified.replayed_batches = replayed
@@ -126,6 +181,8 @@ class UnifiedLog:
                 directory, start, replayed, len(state),
                 len(state.ongoing_txn_first_offsets()), unified.last_stable_offset,
             )
+        if leader_epoch is not None:
+            unified.become_leader(leader_epoch)
         return unified
 
     def _rebuild_from(self, start: int) -> int:
@@ -147,7 +204,10 @@ class UnifiedLog:
         """Apply batches already in the log, without validation (recovery, replication)."""
         count = 0
         for header in headers:
-            if header.last_offset < start or header.producer_id < 0:
+            if header.last_offset < start:
+                continue
+            self._assign_epoch_of(header)
+            if header.producer_id < 0:
                 continue
             if header.next_offset > self.log.log_end_offset:  # a damaged trusted header
                 logger.error("%s: batch header at offset %d claims offsets past the log end "
@@ -167,6 +227,10 @@ class UnifiedLog:
                 self.producer_state.update(header)
         return count
 
+    def _assign_epoch_of(self, header: BatchHeader) -> None:
+        """A batch already in the log (replayed or replicated, in the leader's order)."""
+        self.epochs.assign_if_newer(header.partition_leader_epoch, header.base_offset)
+
     def _read_marker(self, header: BatchHeader) -> tuple[ControlType | None, int]:
         try:
             result = self.log.read(
@@ -183,6 +247,57 @@ class UnifiedLog:
             return decode_control(records[0])
         except KafkaError:
             return None, 0
+
+    # -- leadership and leader epochs -------------------------------------------------------
+    @property
+    def leader_epoch(self) -> int:
+        """The partition's leader epoch as this replica knows it; -1 before it knows one."""
+        return self._leader_epoch
+
+    @property
+    def is_leader(self) -> bool:
+        return self._is_leader
+
+    def become_leader(self, epoch: int) -> None:
+        """Lead ``epoch`` from the log end on: later CLIENT and COORDINATOR batches and
+        markers carry it, and the cache says the epoch starts at the log end (Kafka's
+        makeLeader: maybeAssignEpochStartOffset(epoch, logEndOffset))."""
+        if epoch < 0:
+            raise ValueError(f"negative leader epoch {epoch}")
+        self._leader_epoch = epoch
+        self._is_leader = True
+        self.epochs.assign(epoch, self.log.log_end_offset)
+        logger.info("%s: leader of epoch %d from offset %d", self.log.directory, epoch,
+                    self.log.log_end_offset)
+
+    def become_follower(self, epoch: int) -> None:
+        """Follow the leader of ``epoch``: only REPLICATION appends are taken from now on.
+        The cache is left alone (the follower truncates, then fetches, Kafka's makeFollower)."""
+        self._leader_epoch = epoch
+        self._is_leader = False
+        logger.info("%s: follower in leader epoch %d", self.log.directory, epoch)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest epoch in the log's epoch cache (None: none recorded)."""
+        return self.epochs.latest_epoch
+
+    def end_offset_for_leader_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(epoch, end offset)`` -- the largest epoch <= ``epoch``
+        known here and the offset where the next epoch starts (the log end for the latest);
+        (-1, -1) when undefined (Kafka's LeaderEpochFileCache.endOffsetFor)."""
+        return self.epochs.end_offset_for(epoch, self.log.log_end_offset)
+
+    def _stamp_epoch(self) -> int:
+        """The epoch a leader's own append carries; NOT_LEADER_OR_FOLLOWER on a follower.
+        The cache learns the epoch's start before the bytes reach the log."""
+        if not self._is_leader:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"{self.log.directory.name}: not the leader (epoch {self._leader_epoch})",
+            )
+        self.epochs.assign(self._leader_epoch, self.log.log_end_offset)
+        return self._leader_epoch
 
     # -- offsets --------------------------------------------------------------------------
     @property
@@ -250,6 +365,7 @@ class UnifiedLog:
         commits): only the producer epoch is checked, not sequences. REPLICATION applies the
         batches as they are, markers included."""
         if origin is AppendOrigin.REPLICATION:
+            self._check_replicated_offsets(headers)
             result = self.log.append(buf, headers, log_append_time_ms=log_append_time_ms)
             self._apply(result.headers)
             self._update_first_unstable()
@@ -268,7 +384,10 @@ class UnifiedLog:
                 return AppendResult(
                     duplicate.base_offset, duplicate.last_offset, -1, duplicate.timestamp, []
                 )
-        result = self.log.append(buf, headers, log_append_time_ms=log_append_time_ms)
+        epoch = self._stamp_epoch()
+        result = self.log.append(
+            buf, headers, log_append_time_ms=log_append_time_ms, partition_leader_epoch=epoch
+        )
         if with_pid:
             transactional = False
             for header in result.headers:
@@ -280,6 +399,21 @@ class UnifiedLog:
         self._after_append()
         return result
 
+    def _check_replicated_offsets(self, headers: list[BatchHeader]) -> None:
+        """A follower's batches keep the leader's offsets: the log store numbers appended
+        batches from its log end, so they must start there and follow each other without a
+        gap, or the follower's offsets would silently differ from the leader's (Kafka's
+        UnexpectedAppendOffsetException)."""
+        expected = self.log.log_end_offset
+        for header in headers:
+            if header.base_offset != expected:
+                raise KafkaError(
+                    ErrorCode.unknown_server_error,
+                    f"{self.log.directory.name}: replicated batch at offset "
+                    f"{header.base_offset}, the log ends at {expected}",
+                )
+            expected = header.next_offset
+
     def append_marker(
         self,
         producer_id: int,
@@ -290,12 +424,13 @@ class UnifiedLog:
         """Write a COMMIT or ABORT marker for the producer's transaction; its offset. The
         broker built the batch: its header is read back, not re-validated."""
         self.producer_state.check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch)
+        epoch = self._stamp_epoch()
         now = self._clock.now_ms()
         control = ControlType.COMMIT if commit else ControlType.ABORT
         batch = bytearray(
             encode_marker_batch(control, producer_id, producer_epoch, coordinator_epoch, now)
         )
-        result = self.log.append(batch, [parse_header(batch)])
+        result = self.log.append(batch, [parse_header(batch)], partition_leader_epoch=epoch)
         self._complete_txn(
             producer_id, producer_epoch, coordinator_epoch, result.base_offset, now, not commit
         )
@@ -359,6 +494,8 @@ class UnifiedLog:
         old_end = self.log.log_end_offset
         self.log.truncate_to(offset)
         new_end = self.log.log_end_offset
+        self.epochs.truncate_from_end(new_end)
+        self.epochs.truncate_from_start(self.log.log_start_offset)
         start = (
             self.producer_state.truncate_after(new_end)
             if self._snapshot_dir is None
@@ -380,13 +517,19 @@ class UnifiedLog:
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         *,
         min_one_batch: bool = True,
+        upto_log_end: bool = False,
     ) -> FetchResult:
         """Whole batches from ``offset`` below the high watermark (read_uncommitted) or the
-        LSO (read_committed, with the aborted transactions overlapping what is returned).
+        LSO (read_committed, with the aborted transactions overlapping what is returned);
+        ``upto_log_end`` reads up to the log end whatever the isolation (a follower's fetch:
+        Kafka's FetchIsolation.LOG_END), without aborted transactions.
         OFFSET_OUT_OF_RANGE outside [log start, log end]."""
         high_watermark, stable = self.high_watermark, self.last_stable_offset
-        committed = isolation is IsolationLevel.READ_COMMITTED
-        upper = stable if committed else high_watermark
+        committed = isolation is IsolationLevel.READ_COMMITTED and not upto_log_end
+        if upto_log_end:
+            upper = self.log.log_end_offset
+        else:
+            upper = stable if committed else high_watermark
         result = self.log.read(offset, max_bytes, max_offset=upper, min_one_batch=min_one_batch)
         aborted: list[AbortedTxn] | None = None
         if committed:
@@ -458,11 +601,14 @@ class UnifiedLog:
     def apply_retention(self) -> int:
         deleted = self.log.apply_retention()
         self._segment_count = self.log.segment_count
+        if deleted:
+            self.epochs.truncate_from_start(self.log.log_start_offset)
         return deleted
 
     def delete_records_before(self, offset: int) -> int:
         start = self.log.delete_records_before(offset)
         self._segment_count = self.log.segment_count
+        self.epochs.truncate_from_start(start)
         return start
 
     def remove_expired_producers(self, now_ms: int) -> list[int]:

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.cluster_view import GROUP_KEY, TRANSACTION_KEY, coordinator_error
 from oncelog.coordinator.group.results import OffsetFetchEntry, TopicPartition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUP_KEY = 0
-TRANSACTION_KEY = 1
 # DescribeGroups' "authorized operations not requested" value.
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
@@ -43,36 +42,63 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 @handles(versions.FIND_COORDINATOR, 0, 6)
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
-    """One node coordinates every group and every transactional id."""
+    """The leader of the key's ``__consumer_offsets`` / ``__transaction_state`` partition,
+    from the cluster view; COORDINATOR_NOT_AVAILABLE while that partition has no live
+    leader (Kafka's answer). v4+ carries a batch of keys, each answered on its own."""
     mod = response_module(versions.FIND_COORDINATOR, ctx.api_version)
     key_type = int(getattr(request, "key_type", GROUP_KEY))
-    me = ctx.services.node
+    if ctx.api_version >= 4:
+        coordinators = tuple(
+            make(mod.Coordinator, key=key, **_coordinator_node(ctx, key_type, key))
+            for key in request.coordinator_keys
+        )
+        return make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
+    return make(
+        mod.FindCoordinatorResponse, throttle_time=0,
+        **_coordinator_node(ctx, key_type, request.key),
+    )
+
+
+def _coordinator_node(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
+    view = ctx.services.cluster
     error = ErrorCode.none
     message: str | None = None
+    broker = None
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         error, message = ErrorCode.invalid_request, f"unsupported key type {key_type}"
-    node = {
-        "node_id": me.node_id if error == ErrorCode.none else -1,
-        "host": me.host if error == ErrorCode.none else "",
-        "port": me.port if error == ErrorCode.none else -1,
+    else:
+        broker = view.broker(view.coordinator(key_type, key).leader)
+        if broker is None:
+            error = ErrorCode.coordinator_not_available
+            message = "The coordinator is not available."
+    return {
+        "node_id": -1 if broker is None else broker.node_id,
+        "host": "" if broker is None else broker.host,
+        "port": -1 if broker is None else broker.port,
         "error_code": error,
         "error_message": message,
     }
-    if ctx.api_version >= 4:
-        coordinators = tuple(
-            make(mod.Coordinator, key=key, **node) for key in request.coordinator_keys
-        )
-        return make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
-    return make(mod.FindCoordinatorResponse, throttle_time=0, **node)
 
 
 # ---------------------------------------------------------------------------------------
 # JoinGroup, SyncGroup, Heartbeat, LeaveGroup
 
 
+def _group_coordinator_error(ctx: RequestContext, group_id: str) -> ErrorCode:
+    """NOT_COORDINATOR when this broker does not lead the group's ``__consumer_offsets``
+    partition (the cluster view decides)."""
+    return coordinator_error(ctx.services.cluster, GROUP_KEY, group_id)
+
+
 @handles(versions.JOIN_GROUP, 0, 9)
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.JOIN_GROUP, ctx.api_version)
+    if (error := _group_coordinator_error(ctx, request.group_id)) is not ErrorCode.none:
+        return make(
+            mod.JoinGroupResponse, throttle_time=0, error_code=error, generation_id=-1,
+            protocol_type=None, protocol_name=None if ctx.api_version >= 7 else "",
+            leader="", skip_assignment=False, member_id=request.member_id, members=(),
+        )
     session_ms = to_ms(request.session_timeout)
     rebalance_ms = to_ms(getattr(request, "rebalance_timeout", None))
     result = await ctx.services.groups.join_group(
@@ -117,6 +143,9 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.SYNC_GROUP, 0, 5)
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.SYNC_GROUP, ctx.api_version)
+    if (error := _group_coordinator_error(ctx, request.group_id)) is not ErrorCode.none:
+        return make(mod.SyncGroupResponse, throttle_time=0, error_code=error,
+                    protocol_type=None, protocol_name=None, assignment=b"")
     result = await ctx.services.groups.sync_group(
         group_id=request.group_id,
         generation_id=int(request.generation_id),
@@ -139,6 +168,8 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.HEARTBEAT, 0, 4)
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.HEARTBEAT, ctx.api_version)
+    if (error := _group_coordinator_error(ctx, request.group_id)) is not ErrorCode.none:
+        return make(mod.HeartbeatResponse, throttle_time=0, error_code=error)
     error = ctx.services.groups.heartbeat(
         request.group_id,
         int(request.generation_id),

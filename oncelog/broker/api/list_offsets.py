@@ -1,10 +1,16 @@
-"""ListOffsets (key 2): earliest, latest (LSO under read_committed), by timestamp, max."""
+"""ListOffsets (key 2): earliest, latest (LSO under read_committed), by timestamp, max.
+
+``current_leader_epoch`` (v4+, KIP-320) is checked first (FENCED_LEADER_EPOCH /
+UNKNOWN_LEADER_EPOCH); the answer carries the leader epoch of the offset found, from the
+partition's epoch cache (Kafka: the latest epoch for LATEST, the epoch holding the offset
+otherwise)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.cluster_view import check_leader
 from oncelog.broker.partitions import Partition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -21,16 +27,20 @@ EARLIEST_LOCAL = -4
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LIST_OFFSETS, ctx.api_version)
     registry = ctx.services.partitions
+    view = ctx.services.cluster
     isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
     topics = []
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
             code = ErrorCode.none
-            offset, timestamp = -1, -1
+            offset, timestamp, epoch = -1, -1, -1
             try:
+                check_leader(view, topic.name, p.partition_index)
                 partition = registry.get(topic.name, p.partition_index)
+                partition.check_leader_epoch(int(getattr(p, "current_leader_epoch", -1)))
                 offset, timestamp = _lookup(partition, int(p.timestamp), isolation)
+                epoch = _epoch_of(partition, int(p.timestamp), offset)
             except KafkaError as exc:
                 code = exc.code
             parts.append(
@@ -40,12 +50,23 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                     error_code=code,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0 if code == ErrorCode.none else -1,
+                    leader_epoch=epoch,
                     old_style_offsets=(),
                 )
             )
         topics.append(make(mod.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(parts)))
     return make(mod.ListOffsetsResponse, throttle_time=0, topics=tuple(topics))
+
+
+def _epoch_of(partition: Partition, target: int, offset: int) -> int:
+    """The leader epoch reported with ``offset``: the latest epoch for LATEST (Kafka's
+    latestEpoch), else the epoch whose leader wrote it; -1 when no offset was found."""
+    if offset < 0:
+        return -1
+    if target == LATEST:
+        latest = partition.log.latest_epoch
+        return -1 if latest is None else latest
+    return partition.epoch_for_offset(offset)
 
 
 def _lookup(partition: Partition, target: int, isolation: IsolationLevel) -> tuple[int, int]:
