@@ -257,6 +257,18 @@ _BROKER_KEYS = [
          "kafka-features.sh): 2 is transactions v2 (KIP-890 part 2: Produce v12 adds "
          "partitions implicitly, the epoch is bumped for every transaction), 1 or 0 keep "
          "clients on transactions v1 (AddPartitionsToTxn).", at_least=0, at_most=2),
+    # The cluster's controller (oncelog.broker.cluster.controller; cluster mode only).
+    _key("transaction.state.log.replication.factor", S, 3, "Replication of "
+         "__transaction_state (1 on one node); the controller creates it once this many "
+         "brokers are alive.", at_least=1),
+    _key("auto.leader.rebalance.enable", B, True, "Let the controller move leadership back "
+         "to each partition's preferred (first) replica when a broker's share of partitions "
+         "it prefers but does not lead exceeds leader.imbalance.per.broker.percentage."),
+    _key("leader.imbalance.check.interval.seconds", L, 300, "How often the controller checks "
+         "the preferred-leader imbalance.", at_least=1),
+    _key("leader.imbalance.per.broker.percentage", INT, 10, "Share (in percent) of the "
+         "partitions a broker prefers but does not lead above which the controller moves "
+         "them back to it.", at_least=0),
     # Cluster mode: the metadata store (etcd) and this broker's session in it.
     _key("metadata.etcd.endpoints", LS, "", "etcd endpoints (HOST:PORT, comma-separated) "
          "holding the cluster metadata; empty: a single node with no external service."),

@@ -34,7 +34,7 @@ from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
-from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, internal_topic_specs
 from oncelog.ui.server import Console, bind_console, serve_console
 
 log = logging.getLogger(__name__)
@@ -85,20 +85,8 @@ class Broker:
                            (self.advertised_host, self.advertised_port))
         load_dynamic_configs(self.data_dir, self.config)
         internal = {
-            OFFSETS_TOPIC: (
-                int(self.config["offsets.topic.num.partitions"]),
-                {
-                    "cleanup.policy": "compact",
-                    "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-                },
-            ),
-            TRANSACTION_STATE_TOPIC: (
-                int(self.config["transaction.state.log.num.partitions"]),
-                {
-                    "cleanup.policy": "compact",
-                    "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
-                },
-            ),
+            name: (spec.partitions, spec.configs)
+            for name, spec in internal_topic_specs(self.config).items()
         }
         self.partitions.load({name: configs for name, (_, configs) in internal.items()})
         for name, (count, configs) in internal.items():

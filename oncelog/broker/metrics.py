@@ -197,6 +197,42 @@ def _group_families(services: BrokerContext) -> list[MetricFamily]:
     return out
 
 
+@dataclass(slots=True)
+class ControllerStats:
+    """Counters the cluster's controller shell updates (oncelog.broker.cluster.controller),
+    named after Kafka's controller metrics (ActiveControllerCount, ControllerStats'
+    LeaderElectionRateAndTimeMs and UncleanLeaderElectionsPerSec)."""
+
+    active: bool = False
+    leader_elections: int = 0
+    unclean_leader_elections: int = 0
+    controlled_shutdowns: int = 0
+    cas_conflicts: int = 0
+
+    def families(self) -> list[MetricFamily]:
+        out = []
+        for name, kind, text, value in (
+            ("oncelog_controller_active", "gauge",
+             "1 on the broker that is the cluster's controller, else 0.", int(self.active)),
+            ("oncelog_controller_leader_elections_total", "counter",
+             "Partition leader changes this broker wrote as controller.",
+             self.leader_elections),
+            ("oncelog_controller_unclean_leader_elections_total", "counter",
+             "Leader elections that chose a replica outside the ISR.",
+             self.unclean_leader_elections),
+            ("oncelog_controller_controlled_shutdowns_total", "counter",
+             "Controlled shutdowns of brokers this controller handled.",
+             self.controlled_shutdowns),
+            ("oncelog_controller_write_conflicts_total", "counter",
+             "Partition state writes refused because the state had changed (re-decided).",
+             self.cas_conflicts),
+        ):
+            family = MetricFamily(name, kind, text)
+            family.add(value)
+            out.append(family)
+        return out
+
+
 # ------------------------------------------------------------------------ text format
 
 def _escape_label(value: str) -> str:

@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.broker.replica_assignment import added_partitions_assignment, topic_assignment
+from oncelog.cluster.replica_assignment import added_partitions_assignment, topic_assignment
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module

@@ -18,7 +18,7 @@ from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.admin import ZERO_UUID, live_brokers
 from oncelog.broker.api.authorized import OMITTED, TOPIC_OPERATIONS, cluster_operations
 from oncelog.broker.partitions import Partition, PartitionRegistry, log_size
-from oncelog.broker.replica_assignment import check_replicas
+from oncelog.cluster.replica_assignment import check_replicas
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module

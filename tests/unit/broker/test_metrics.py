@@ -224,3 +224,12 @@ def test_serve_metrics_over_a_socket() -> None:
     data = asyncio.run(body())
     assert data.startswith(b"HTTP/1.1 200 OK\r\n")
     assert b"\noncelog_transactions_active 1\n" in data
+
+
+def test_controller_stats_render_as_counters_and_a_gauge() -> None:
+    stats = metrics.ControllerStats(active=True, leader_elections=3, unclean_leader_elections=1)
+    text = metrics.render(stats.families())
+    assert "# TYPE oncelog_controller_leader_elections_total counter" in text
+    assert "oncelog_controller_leader_elections_total 3" in text
+    assert "oncelog_controller_unclean_leader_elections_total 1" in text
+    assert "oncelog_controller_active 1" in text

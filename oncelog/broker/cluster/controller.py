@@ -1,0 +1,242 @@
+"""The cluster's controller: one broker, elected through the metadata store, that writes
+leadership and ISR changes for everyone.
+
+Every broker runs a ``Controller``; it campaigns (``MetadataStore.campaign_controller``) and
+only the winner acts. The role is held by the winner's lease: when the lease goes (the
+broker stops, is paused past ``broker.session.timeout.ms``, or closes its store), the
+``controller`` key disappears, every other broker sees that through its watch and campaigns
+again. A controller that sees the key go, or another broker hold it, stops acting at once.
+
+While controller, after every watched change (and once on winning, so a new controller
+finishes what a previous one left), it decides from its image with
+``oncelog.cluster.controller_decisions``: partitions whose leader or ISR members are gone
+(``fence``), brokers asking for a controlled shutdown, the internal topics once enough
+brokers are alive; and every ``leader.imbalance.check.interval.seconds`` the preferred-leader
+rebalance (``auto.leader.rebalance.enable``). Decisions are written with
+``compare_and_set_partition`` on the version they were decided from; a refused write means
+the image was stale: the newer state arrives through the watch and is decided again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from oncelog.broker.metrics import ControllerStats
+from oncelog.cluster import controller_decisions as decide
+from oncelog.cluster.controller_decisions import PartitionChange, PartitionKey
+from oncelog.cluster.metadata import NO_LEADER, MetadataEvent, MetadataImage, MetadataStore
+from oncelog.errors import KafkaError
+from oncelog.internal_topics import InternalTopicSpec, internal_topic_specs
+
+log = logging.getLogger(__name__)
+
+
+class _Config(Protocol):
+    def __getitem__(self, name: str) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """The broker configs the controller acts on (Kafka's names and defaults)."""
+
+    unclean_leader_election: bool = False
+    auto_leader_rebalance: bool = True
+    imbalance_check_interval_s: float = 300.0
+    imbalance_percentage: int = 10
+    internal_topics: Mapping[str, InternalTopicSpec] | None = None
+
+    @classmethod
+    def from_config(cls, config: _Config) -> ControllerSettings:
+        return cls(
+            unclean_leader_election=bool(config["unclean.leader.election.enable"]),
+            auto_leader_rebalance=bool(config["auto.leader.rebalance.enable"]),
+            imbalance_check_interval_s=float(config["leader.imbalance.check.interval.seconds"]),
+            imbalance_percentage=int(config["leader.imbalance.per.broker.percentage"]),
+            internal_topics=internal_topic_specs(config),
+        )
+
+
+class Controller:
+    """Campaigns for the controller role and, while holding it, writes the decisions."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        node_id: int,
+        settings: ControllerSettings,
+        *,
+        stats: ControllerStats | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.node_id = node_id
+        self.settings = settings
+        self.stats = stats or ControllerStats()
+        self.image = MetadataImage()
+        self.epoch: int | None = None  # the controller epoch while this broker holds the role
+        self._rng = rng or random.Random()
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Condition()
+        # Versions this controller wrote that the image has not seen yet: no decision is
+        # taken on those partitions until the watch brings the write back.
+        self._written: dict[PartitionKey, int] = {}
+
+    @property
+    def is_active(self) -> bool:
+        return self.epoch is not None
+
+    async def run(self) -> None:
+        """Load the metadata, campaign, and follow the watch until the store is closed or
+        the task is cancelled."""
+        self.image = await self.store.load()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                watch = tasks.create_task(self._follow())
+                if self.settings.auto_leader_rebalance:
+                    rebalance = tasks.create_task(self._rebalance_loop())
+                    watch.add_done_callback(lambda _: rebalance.cancel())
+        finally:
+            self._resign("stopped")
+
+    async def wait_for(self, predicate: Any, timeout_s: float) -> None:
+        """Wait until ``predicate(self)`` holds (checked after every watched change)."""
+        async with asyncio.timeout(timeout_s):
+            async with self._changed:
+                await self._changed.wait_for(lambda: predicate(self))
+
+    # -- the watch ----------------------------------------------------------------------------
+    async def _follow(self) -> None:
+        await self._maybe_campaign()
+        async for event in self.store.watch(self.image.revision):
+            self.image.apply(event)
+            self._forget_seen_writes()
+            if event.kind == "controller":
+                self._check_role(event)
+                await self._maybe_campaign()
+            if self.is_active:
+                await self.decide()
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _check_role(self, event: MetadataEvent) -> None:
+        if self.epoch is None:
+            return
+        if event.deleted or event.controller != (self.node_id, self.epoch):
+            self._resign(f"the controller key is now {event.controller}")
+
+    async def _maybe_campaign(self) -> None:
+        if self.is_active or self.image.controller is not None:
+            return
+        epoch = await self.store.campaign_controller(self.node_id)
+        if epoch is None:
+            log.info("controller: node %d lost the campaign", self.node_id)
+            return
+        self.epoch = epoch
+        self.stats.active = True
+        self._written.clear()
+        log.info("controller: node %d is the controller at epoch %d", self.node_id, epoch)
+        await self.decide()
+
+    def _resign(self, why: str) -> None:
+        if self.epoch is None:
+            return
+        log.info("controller: node %d gives up the role of epoch %d (%s)",
+                 self.node_id, self.epoch, why)
+        self.epoch = None
+        self.stats.active = False
+
+    def _forget_seen_writes(self) -> None:
+        for key, version in list(self._written.items()):
+            current = self.image.partitions.get(key)
+            if current is None or current.version >= version:
+                del self._written[key]
+
+    # -- decisions ----------------------------------------------------------------------------
+    async def decide(self) -> None:
+        """Everything the image asks of the controller now (a no-op when not controller)."""
+        async with self._lock:
+            if self.epoch is None:
+                return
+            epoch = self.epoch
+            changes = decide.fence(
+                self.image, unclean_default=self.settings.unclean_leader_election,
+                controller_epoch=epoch,
+            )
+            await self._write(changes, "broker change")
+            for node_id, registration in sorted(self.image.brokers.items()):
+                if registration.shutting_down:
+                    await self._controlled_shutdown(node_id, epoch)
+            await self._maybe_create_internal_topics(epoch)
+
+    async def _controlled_shutdown(self, node_id: int, epoch: int) -> None:
+        result = decide.controlled_shutdown(self.image, node_id, controller_epoch=epoch)
+        if result.changes:
+            self.stats.controlled_shutdowns += 1
+            await self._write(result.changes, f"controlled shutdown of broker {node_id}")
+        if result.still_led:
+            log.info("controller: broker %d shutting down still leads %d partition(s) "
+                     "(no live in-sync replica to move them to)",
+                     node_id, len(result.still_led))
+
+    async def _maybe_create_internal_topics(self, epoch: int) -> None:
+        live = len(decide.usable_brokers(self.image))
+        for name, spec in sorted((self.settings.internal_topics or {}).items()):
+            if name in self.image.topics or live < spec.replication_factor:
+                continue
+            try:
+                topic = decide.new_topic(
+                    self.image, name, spec.partitions, spec.replication_factor,
+                    controller_epoch=epoch, configs=spec.configs, rng=self._rng,
+                )
+            except KafkaError as exc:
+                log.warning("controller: cannot create %s yet: %s", name, exc)
+                continue
+            created = await self.store.create_topic(topic.assignment, topic.states)
+            log.info("controller: %s %s with %d partitions, replication factor %d",
+                     "created" if created else "found", name, spec.partitions,
+                     spec.replication_factor)
+
+    async def rebalance(self) -> None:
+        """The preferred-leader check once (Kafka's auto leader rebalance)."""
+        async with self._lock:
+            if self.epoch is None:
+                return
+            changes = decide.preferred_leader_rebalance(
+                self.image, imbalance_percentage=self.settings.imbalance_percentage,
+                controller_epoch=self.epoch,
+            )
+            await self._write(changes, "preferred leader rebalance")
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.imbalance_check_interval_s)
+            await self.rebalance()
+
+    async def _write(self, changes: Mapping[PartitionKey, PartitionChange], why: str) -> None:
+        for (topic, partition), change in sorted(changes.items()):
+            key = (topic, partition)
+            if key in self._written or self.epoch is None:
+                continue
+            old = self.image.state(topic, partition)
+            new = change.state
+            version = await self.store.compare_and_set_partition(
+                topic, partition, new, change.expected_version
+            )
+            if version is None:
+                self.stats.cas_conflicts += 1
+                log.info("controller: %s-%d changed since version %d; deciding again when "
+                         "the watch brings it", topic, partition, change.expected_version)
+                continue
+            self._written[key] = version
+            if old is not None and new.leader != old.leader:
+                self.stats.leader_elections += 1
+                if new.leader != NO_LEADER and new.leader not in old.isr:
+                    self.stats.unclean_leader_elections += 1
+            log.info("controller: %s-%d leader %s→%s epoch %d isr %s (%s)", topic, partition,
+                     None if old is None else old.leader, new.leader, new.leader_epoch,
+                     list(new.isr), why)
