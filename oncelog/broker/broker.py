@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
+from oncelog.broker.cluster_view import LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.dynamic_config import describe_listeners, load_dynamic_configs
@@ -103,16 +104,18 @@ class Broker:
             self.clock,
         )
         self.transactions.load()
+        node = NodeIdentity(
+            self.node_id, self.cluster_id, self.advertised_host, self.advertised_port
+        )
         self.services = BrokerContext(
             config=self.config,
             clock=self.clock,
-            node=NodeIdentity(
-                self.node_id, self.cluster_id, self.advertised_host, self.advertised_port
-            ),
+            node=node,
             partitions=self.partitions,
             groups=self.groups,
             transactions=self.transactions,
             producer_ids=self.producer_ids,
+            cluster=LocalClusterView(node, self.partitions),
         )
 
     def request_stop(self) -> None:

@@ -2,7 +2,9 @@
 
 ``BrokerContext`` is a small frozen object holding what a handler may reach: the broker
 config, the clock, this node's identity, the partition registry, the group and transaction
-coordinators and the producer-id allocator. It is built once by ``Broker`` after start-up
+coordinators, the producer-id allocator and the cluster view (``cluster``: who the
+brokers are, who leads which partition and coordinator, topic administration; see
+oncelog.broker.cluster_view). It is built once by ``Broker`` after start-up
 (when the port is bound and the data directory is loaded) and handed to the server and the
 metrics endpoint; handlers get it as ``ctx.services`` of their ``RequestContext``. Nothing
 here knows ``Broker``, so handlers can be called over a context built by a test (a real
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster_view import ClusterView
     from oncelog.broker.partitions import PartitionRegistry
     from oncelog.clock import Clock
     from oncelog.config import BrokerConfig
@@ -45,3 +48,4 @@ class BrokerContext:
     groups: GroupCoordinator
     transactions: TransactionCoordinator
     producer_ids: ProducerIdManager
+    cluster: ClusterView

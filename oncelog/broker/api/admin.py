@@ -1,4 +1,5 @@
-"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions (configs: configs.py)."""
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions (configs: configs.py),
+through the cluster view's TopicAdmin (``ctx.services.cluster.admin``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import uuid
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.cluster.replica_assignment import added_partitions_assignment, topic_assignment
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
@@ -19,7 +19,7 @@ SOURCE_DEFAULT = 5
 @handles(versions.CREATE_TOPICS, 2, 7)
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.CREATE_TOPICS, ctx.api_version)
-    registry = ctx.services.partitions
+    admin = ctx.services.cluster.admin
     results = []
     seen: set[str] = set()
     for topic in request.topics:
@@ -29,24 +29,17 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, "topic listed twice in one request")
             seen.add(topic.name)
-            num_partitions = int(topic.num_partitions)
-            if topic.assignments:
-                num_partitions, _ = topic_assignment(
-                    [(int(a.partition_index), a.broker_ids) for a in topic.assignments],
-                    num_partitions,
-                    int(topic.replication_factor),
-                    live_brokers(ctx),
-                )
             configs = {}
             for c in topic.configs:
                 if c.value is None:
                     raise KafkaError(ErrorCode.invalid_config, f"null value for {c.name}")
                 configs[c.name] = c.value
-            info = registry.create_topic(
+            info = await admin.create_topic(
                 topic.name,
-                num_partitions,
+                int(topic.num_partitions),
                 configs,
-                replication_factor=-1 if topic.assignments else int(topic.replication_factor),
+                replication_factor=int(topic.replication_factor),
+                assignments=[(int(a.partition_index), a.broker_ids) for a in topic.assignments],
                 validate_only=bool(request.validate_only),
             )
             topic_id, partitions = info.topic_id, info.partitions
@@ -80,8 +73,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
 
 
 def live_brokers(ctx: RequestContext) -> frozenset[int]:
-    """The brokers a replica assignment may name: this node."""
-    return frozenset((ctx.services.node.node_id,))
+    """The brokers a replica assignment may name: the live ones."""
+    return frozenset(b.node_id for b in ctx.services.cluster.brokers())
 
 
 def _topic_config_values(ctx: RequestContext, overrides: dict[str, str]) -> dict[str, str]:
@@ -113,7 +106,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
             info = registry.topics.get(name)
             if info is not None:
                 resolved_id = info.topic_id
-            registry.delete_topic(name)
+            await ctx.services.cluster.admin.delete_topic(name)
         except KafkaError as exc:
             code, message = exc.code, exc.message
         results.append(
@@ -131,21 +124,18 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.CREATE_PARTITIONS, 0, 3)
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.CREATE_PARTITIONS, ctx.api_version)
-    registry = ctx.services.partitions
+    admin = ctx.services.cluster.admin
     results = []
     for topic in request.topics:
         code, message = ErrorCode.none, None
         try:
-            if topic.assignments is not None:
-                registry.create_partitions(topic.name, int(topic.count), validate_only=True)
-                added_partitions_assignment(
-                    [a.broker_ids for a in topic.assignments],
-                    int(topic.count) - registry.topics[topic.name].partitions,
-                    1,  # every partition has this node as its one replica
-                    live_brokers(ctx),
-                )
-            registry.create_partitions(
-                topic.name, int(topic.count), validate_only=bool(request.validate_only)
+            await admin.create_partitions(
+                topic.name,
+                int(topic.count),
+                assignments=None
+                if topic.assignments is None
+                else [a.broker_ids for a in topic.assignments],
+                validate_only=bool(request.validate_only),
             )
         except KafkaError as exc:
             code, message = exc.code, exc.message

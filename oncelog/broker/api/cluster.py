@@ -1,7 +1,8 @@
-"""Partition and cluster administration, answered as a single-node Kafka answers it.
+"""Partition and cluster administration.
 
-DescribeCluster, DescribeTopicPartitions (KIP-966, paged), ElectLeaders (this node leads
-every partition, so no election is ever needed), List/AlterPartitionReassignments (one
+DescribeCluster, DescribeTopicPartitions (KIP-966, paged) and ElectLeaders answer from the
+cluster view (``ctx.services.cluster``: on one node this node leads every partition, so no
+election is ever needed), List/AlterPartitionReassignments (one
 node: none in progress; a reassignment to this node alone is already done),
 DescribeLogDirs (real sizes per log directory) and AlterReplicaLogDirs (moves a partition
 between the directories of ``log.dirs``, see ``PartitionRegistry.move_partition``).
@@ -17,7 +18,8 @@ from typing import Any
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.admin import ZERO_UUID, live_brokers
 from oncelog.broker.api.authorized import OMITTED, TOPIC_OPERATIONS, cluster_operations
-from oncelog.broker.partitions import Partition, PartitionRegistry, log_size
+from oncelog.broker.cluster_view import ClusterView
+from oncelog.broker.partitions import PartitionRegistry, log_size
 from oncelog.cluster.replica_assignment import check_replicas
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -36,6 +38,7 @@ MAX_PARTITIONS_PER_PAGE = 2000
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DESCRIBE_CLUSTER, ctx.api_version)
     node = ctx.services.node
+    view = ctx.services.cluster
     endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_BROKERS))
     if endpoint_type != ENDPOINT_BROKERS:
         return make(
@@ -50,13 +53,10 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
             brokers=(),
             cluster_authorized_operations=OMITTED,
         )
-    broker = make(
-        mod.DescribeClusterBroker,
-        broker_id=node.node_id,
-        host=node.host,
-        port=node.port,
-        rack=None,
-        is_fenced=False,
+    brokers = tuple(
+        make(mod.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port,
+             rack=b.rack, is_fenced=False)
+        for b in view.brokers()
     )
     wanted = bool(request.include_cluster_authorized_operations)
     return make(
@@ -66,8 +66,8 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         error_message=None,
         endpoint_type=ENDPOINT_BROKERS,
         cluster_id=node.cluster_id,
-        controller_id=node.node_id,
-        brokers=(broker,),
+        controller_id=view.controller_id(),
+        brokers=brokers,
         cluster_authorized_operations=cluster_operations(wanted),
     )
 
@@ -77,7 +77,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
 async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DESCRIBE_TOPIC_PARTITIONS, ctx.api_version)
     registry = ctx.services.partitions
-    node_id = ctx.services.node.node_id
+    view = ctx.services.cluster
     names = sorted({t.name for t in request.topics} if request.topics else registry.topics)
     cursor = request.cursor
     if cursor is not None:
@@ -114,7 +114,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
                 topic_id=info.topic_id,
                 is_internal=info.internal,
                 partitions=tuple(
-                    _described_partition(mod, registry.find(name, index), index, node_id)
+                    _described_partition(mod, view, name, index)
                     for index in range(first, last)
                 ),
                 topic_authorized_operations=TOPIC_OPERATIONS,
@@ -131,19 +131,19 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
     )
 
 
-def _described_partition(mod: Any, partition: Partition | None, index: int, node_id: int) -> Any:
-    offline = partition is None or partition.offline is not None
+def _described_partition(mod: Any, view: ClusterView, topic: str, index: int) -> Any:
+    state = view.partition(topic, index)
     return make(
         mod.DescribeTopicPartitionsResponsePartition,
         error_code=ErrorCode.none,
         partition_index=index,
-        leader_id=-1 if offline else node_id,
-        leader_epoch=-1 if partition is None else partition.leader_epoch,
-        replica_nodes=(node_id,),
-        isr_nodes=() if offline else (node_id,),
+        leader_id=-1 if state is None else state.leader,
+        leader_epoch=-1 if state is None else state.leader_epoch,
+        replica_nodes=() if state is None else state.replicas,
+        isr_nodes=() if state is None else state.isr,
         eligible_leader_replicas=(),
         last_known_elr=(),
-        offline_replicas=(node_id,) if offline else (),
+        offline_replicas=() if state is None else state.offline_replicas,
     )
 
 
@@ -152,6 +152,7 @@ def _described_partition(mod: Any, partition: Partition | None, index: int, node
 async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.ELECT_LEADERS, ctx.api_version)
     registry = ctx.services.partitions
+    view = ctx.services.cluster
     results = []
     if request.topic_partitions is None:
         # Every partition; as in Kafka, those needing no election are left out.
@@ -163,7 +164,7 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
         for entry in request.topic_partitions:
             outcome = []
             for index in entry.partitions:
-                code, message = _election(registry, entry.topic, int(index))
+                code, message = _election(registry, view, entry.topic, int(index))
                 outcome.append(
                     make(
                         mod.PartitionResult,
@@ -183,13 +184,22 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _election(registry: PartitionRegistry, topic: str, index: int) -> tuple[ErrorCode, str]:
-    info = registry.topics.get(topic)
-    if info is None:
+def _election(
+    registry: PartitionRegistry, view: ClusterView, topic: str, index: int
+) -> tuple[ErrorCode, str]:
+    """A preferred-leader election's answer: not needed when the preferred (first)
+    replica already leads. Elections that are needed are the controller's (cluster mode)."""
+    if registry.topics.get(topic) is None:
         return ErrorCode.unknown_topic_or_partition, f"No such topic as {topic}"
-    if not 0 <= index < info.partitions:
+    state = view.partition(topic, index)
+    if state is None:
         return ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{index}"
-    return ErrorCode.election_not_needed, "Leader election not needed for topic partition."
+    if state.replicas and state.leader == state.replicas[0]:
+        return ErrorCode.election_not_needed, "Leader election not needed for topic partition."
+    return ErrorCode.preferred_leader_not_available, (
+        f"Failed to elect leader for partition {topic}-{index} under strategy "
+        "PreferredElectionStrategy"
+    )
 
 
 # -- partition reassignments ---------------------------------------------------------------

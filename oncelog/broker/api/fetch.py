@@ -5,6 +5,11 @@ the partition's leader epoch is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH.
 (KIP-227) are not kept: every fetch is a full fetch, answered with session id 0,
 which tells clients to keep sending full fetches. The response-level max_bytes is soft for
 the first batch returned, as in Kafka, so that a consumer always makes progress.
+
+A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER. Kafka adds the
+current leader (KIP-951) to such answers only from Fetch v16, when the response also
+carries ``node_endpoints`` (``KafkaApis.handleFetchRequest``); below v16 ``current_leader``
+keeps its default, so this broker (Fetch up to v12) leaves it there too.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.cluster_view import ClusterView, check_leader
 from oncelog.broker.partitions import Partition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -59,7 +65,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     while True:
-        reads, total = _read_all(registry, request, max_bytes, isolation)
+        reads, total = _read_all(registry, ctx.services.cluster, request, max_bytes, isolation)
         if total >= min_bytes or any(r.error != ErrorCode.none for r in reads):
             break
         remaining = deadline - loop.time()
@@ -83,7 +89,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 def _read_all(
-    registry: Any, request: Any, max_bytes: int, isolation: IsolationLevel
+    registry: Any, view: ClusterView, request: Any, max_bytes: int, isolation: IsolationLevel
 ) -> tuple[list[_PartitionRead], int]:
     reads: list[_PartitionRead] = []
     total = 0
@@ -92,6 +98,11 @@ def _read_all(
             partition = registry.find(topic.topic, fp.partition)
             read = _PartitionRead(topic.topic, fp.partition, partition)
             reads.append(read)
+            try:
+                check_leader(view, topic.topic, fp.partition)
+            except KafkaError as exc:
+                read.error, read.partition = exc.code, None
+                continue
             if partition is None:
                 read.error = ErrorCode.unknown_topic_or_partition
                 continue

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.cluster_view import GROUP_KEY, TRANSACTION_KEY
 from oncelog.coordinator.group.results import OffsetFetchEntry, TopicPartition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUP_KEY = 0
-TRANSACTION_KEY = 1
 # DescribeGroups' "authorized operations not requested" value.
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
@@ -43,27 +42,42 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 @handles(versions.FIND_COORDINATOR, 0, 6)
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
-    """One node coordinates every group and every transactional id."""
+    """The leader of the key's ``__consumer_offsets`` / ``__transaction_state`` partition,
+    from the cluster view; COORDINATOR_NOT_AVAILABLE while that partition has no live
+    leader (Kafka's answer). v4+ carries a batch of keys, each answered on its own."""
     mod = response_module(versions.FIND_COORDINATOR, ctx.api_version)
     key_type = int(getattr(request, "key_type", GROUP_KEY))
-    me = ctx.services.node
+    if ctx.api_version >= 4:
+        coordinators = tuple(
+            make(mod.Coordinator, key=key, **_coordinator_node(ctx, key_type, key))
+            for key in request.coordinator_keys
+        )
+        return make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
+    return make(
+        mod.FindCoordinatorResponse, throttle_time=0,
+        **_coordinator_node(ctx, key_type, request.key),
+    )
+
+
+def _coordinator_node(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
+    view = ctx.services.cluster
     error = ErrorCode.none
     message: str | None = None
+    broker = None
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         error, message = ErrorCode.invalid_request, f"unsupported key type {key_type}"
-    node = {
-        "node_id": me.node_id if error == ErrorCode.none else -1,
-        "host": me.host if error == ErrorCode.none else "",
-        "port": me.port if error == ErrorCode.none else -1,
+    else:
+        broker = view.broker(view.coordinator(key_type, key).leader)
+        if broker is None:
+            error = ErrorCode.coordinator_not_available
+            message = "The coordinator is not available."
+    return {
+        "node_id": -1 if broker is None else broker.node_id,
+        "host": "" if broker is None else broker.host,
+        "port": -1 if broker is None else broker.port,
         "error_code": error,
         "error_message": message,
     }
-    if ctx.api_version >= 4:
-        coordinators = tuple(
-            make(mod.Coordinator, key=key, **node) for key in request.coordinator_keys
-        )
-        return make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
-    return make(mod.FindCoordinatorResponse, throttle_time=0, **node)
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.cluster_view import check_leader
 from oncelog.broker.partitions import Partition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -26,6 +27,7 @@ EARLIEST_LOCAL = -4
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LIST_OFFSETS, ctx.api_version)
     registry = ctx.services.partitions
+    view = ctx.services.cluster
     isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
     topics = []
     for topic in request.topics:
@@ -34,6 +36,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             code = ErrorCode.none
             offset, timestamp, epoch = -1, -1, -1
             try:
+                check_leader(view, topic.name, p.partition_index)
                 partition = registry.get(topic.name, p.partition_index)
                 partition.check_leader_epoch(int(getattr(p, "current_leader_epoch", -1)))
                 offset, timestamp = _lookup(partition, int(p.timestamp), isolation)

@@ -1,4 +1,6 @@
-"""Metadata (key 3): brokers, topics and partition leaders; auto-creates topics."""
+"""Metadata (key 3): brokers, topics and partition leaders (from the cluster view);
+auto-creates topics. A partition without a leader answers LEADER_NOT_AVAILABLE with
+leader -1, as Kafka's metadata cache does."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.authorized import OMITTED, cluster_operations, topic_operations
-from oncelog.broker.partitions import PartitionRegistry, TopicInfo
+from oncelog.broker.cluster_view import NO_LEADER, ClusterView
+from oncelog.broker.partitions import TopicInfo
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
@@ -18,6 +21,7 @@ ZERO_UUID = uuid.UUID(int=0)
 @handles(versions.METADATA, 0, 12)
 async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     node = ctx.services.node
+    view = ctx.services.cluster
     registry = ctx.services.partitions
     mod = response_module(versions.METADATA, ctx.api_version)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
@@ -50,23 +54,19 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         except KafkaError as exc:
             topics.append(_topic_error(mod, name, exc.code))
             continue
-        topics.append(_topic(mod, info, node.node_id, topic_ops, registry))
+        topics.append(_topic(mod, info, view, topic_ops))
 
-    brokers = (
-        make(
-            mod.MetadataResponseBroker,
-            node_id=node.node_id,
-            host=node.host,
-            port=node.port,
-            rack=None,
-        ),
+    brokers = tuple(
+        make(mod.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port,
+             rack=b.rack)
+        for b in view.brokers()
     )
     return make(
         mod.MetadataResponse,
         throttle_time=0,
         brokers=brokers,
         cluster_id=node.cluster_id,
-        controller_id=node.node_id,
+        controller_id=view.controller_id(),
         topics=tuple(topics),
         cluster_authorized_operations=cluster_operations(
             bool(getattr(request, "include_cluster_authorized_operations", False))
@@ -74,38 +74,35 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _topic(
-    mod: Any, info: TopicInfo, node_id: int, authorized_operations: int,
-    registry: PartitionRegistry,
-) -> Any:
-    partitions = tuple(
-        make(
-            mod.MetadataResponsePartition,
-            error_code=ErrorCode.none,
-            partition_index=index,
-            leader_id=node_id,
-            leader_epoch=_leader_epoch(registry, info.name, index),
-            replica_nodes=(node_id,),
-            isr_nodes=(node_id,),
-            offline_replicas=(),
+def _topic(mod: Any, info: TopicInfo, view: ClusterView, authorized_operations: int) -> Any:
+    partitions = []
+    for index in range(info.partitions):
+        state = view.partition(info.name, index)
+        if state is None:  # the view does not know it (yet): no leader
+            continue
+        partitions.append(
+            make(
+                mod.MetadataResponsePartition,
+                error_code=ErrorCode.leader_not_available
+                if state.leader == NO_LEADER
+                else ErrorCode.none,
+                partition_index=index,
+                leader_id=state.leader,
+                leader_epoch=state.leader_epoch,
+                replica_nodes=state.replicas,
+                isr_nodes=state.isr,
+                offline_replicas=state.offline_replicas,
+            )
         )
-        for index in range(info.partitions)
-    )
     return make(
         mod.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=info.name,
         topic_id=info.topic_id,
         is_internal=info.internal,
-        partitions=partitions,
+        partitions=tuple(partitions),
         topic_authorized_operations=authorized_operations,
     )
-
-
-def _leader_epoch(registry: PartitionRegistry, topic: str, index: int) -> int:
-    """The partition's leader epoch (0 on a single node; -1 if the partition is unknown)."""
-    partition = registry.find(topic, index)
-    return -1 if partition is None else partition.leader_epoch
 
 
 def _topic_error(mod: Any, name: str | None, code: ErrorCode) -> Any:

@@ -2,6 +2,10 @@
 
 No per-record work happens here: validation reads batch headers and checks CRCs over
 whole batches; offsets are assigned by rewriting headers in place.
+
+A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER; from v10 (KIP-951)
+with the current leader and epoch and, in ``node_endpoints``, where that leader is, as
+Kafka's ``KafkaApis.handleProduceRequest`` does, so the client needs no Metadata round trip.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import logging
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.cluster_view import BrokerEndpoint, ClusterView, check_leader
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
@@ -23,9 +28,11 @@ log = logging.getLogger(__name__)
 @handles(versions.PRODUCE, 3, 12)
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     registry = ctx.services.partitions
+    view = ctx.services.cluster
     mod = response_module(versions.PRODUCE, ctx.api_version)
     acks = int(request.acks)
     topics = []
+    leader_endpoints: dict[int, BrokerEndpoint] = {}
     for topic_data in request.topic_data:
         name = topic_data.name
         responses = []
@@ -46,6 +53,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     raise KafkaError(
                         ErrorCode.invalid_topic_exception, f"cannot produce to internal {name}"
                     )
+                check_leader(view, name, pdata.index)
                 partition = registry.get(name, pdata.index)
                 data = pdata.records
                 if not data:
@@ -79,11 +87,15 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             except KafkaError as exc:
                 code = exc.code
                 message = exc.message or None
-                if code not in (ErrorCode.unknown_topic_or_partition,):
+                if code not in (ErrorCode.unknown_topic_or_partition,
+                                ErrorCode.not_leader_or_follower):
                     log.info(
                         "produce to %s-%d from client %s rejected: %s",
                         name, pdata.index, ctx.client_id, exc,
                     )
+            current_leader = None
+            if code is ErrorCode.not_leader_or_follower and ctx.api_version >= 10:
+                current_leader = _current_leader(mod, view, name, pdata.index, leader_endpoints)
             responses.append(
                 make(
                     mod.PartitionProduceResponse,
@@ -98,6 +110,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                         for index, text in record_errors
                     ),
                     error_message=message,
+                    **({} if current_leader is None else {"current_leader": current_leader}),
                 )
             )
         topics.append(
@@ -105,7 +118,28 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         )
     if acks == 0:
         return None
-    return make(mod.ProduceResponse, responses=tuple(topics), throttle_time=0)
+    return make(
+        mod.ProduceResponse,
+        responses=tuple(topics),
+        throttle_time=0,
+        node_endpoints=tuple(
+            make(mod.NodeEndpoint, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in leader_endpoints.values()
+        ),
+    )
+
+
+def _current_leader(
+    mod: Any, view: ClusterView, topic: str, index: int, endpoints: dict[int, BrokerEndpoint]
+) -> Any:
+    """KIP-951: the partition's leader and epoch as this broker knows them ((-1, -1) if it
+    does not), and the leader's endpoint added to ``endpoints`` if it is a live broker."""
+    state = view.partition(topic, index)
+    leader, epoch = (-1, -1) if state is None else (state.leader, state.leader_epoch)
+    broker = view.broker(leader)
+    if broker is not None:
+        endpoints[broker.node_id] = broker
+    return make(mod.LeaderIdAndEpoch, leader_id=leader, leader_epoch=epoch)
 
 
 def keyless_records(buf: bytearray, partition_name: str) -> list[tuple[int, str]]:

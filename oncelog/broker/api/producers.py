@@ -13,6 +13,7 @@ from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.compat import fenced_for_version
+from oncelog.broker.cluster_view import check_leader
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
@@ -57,6 +58,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
         for index in topic.partition_indexes:
             code, message, producers = ErrorCode.none, None, ()
             try:
+                check_leader(ctx.services.cluster, topic.name, int(index))
                 partition = registry.get(topic.name, int(index))
                 producers = tuple(
                     make(

@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.cluster_view import check_leader
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
@@ -71,6 +72,7 @@ def delete_records(ctx: RequestContext, topic: str, index: int, offset: int) -> 
         raise KafkaError(
             ErrorCode.invalid_topic_exception, f"cannot delete records of internal topic {topic}"
         )
+    check_leader(ctx.services.cluster, topic, index)
     partition = registry.get(topic, index)
     if "delete" not in partition.config.cleanup_policy.split(","):
         raise KafkaError(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.compat import fenced_for_version
+from oncelog.broker.cluster_view import check_leader
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from oncelog.protocol import versions
@@ -161,6 +162,10 @@ def _write_client_marker(
     if topic == TRANSACTION_STATE_TOPIC:
         # The transaction log holds the coordinator's own records, never client transactions.
         return ErrorCode.invalid_topic_exception
+    try:
+        check_leader(ctx.services.cluster, topic, index)
+    except KafkaError as exc:
+        return exc.code
     partition = ctx.services.partitions.find(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 
 from oncelog.broker.api import RequestContext, fetch, produce
+from oncelog.broker.cluster_view import LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import FakeClock
@@ -43,11 +44,13 @@ def services(tmp_path: Path, transactions: FakeTransactions | None = None) -> Br
     registry = PartitionRegistry(tmp_path, config, clock)
     registry.load()
     registry.create_topic("t", 1)
+    node = NodeIdentity(1, "c", "localhost", 9092)
     return BrokerContext(
-        config=config, clock=clock, node=NodeIdentity(1, "c", "localhost", 9092),
+        config=config, clock=clock, node=node,
         partitions=registry, groups=cast(Any, SimpleNamespace()),
         transactions=cast(Any, transactions or FakeTransactions()),
         producer_ids=cast(Any, SimpleNamespace()),
+        cluster=LocalClusterView(node, registry),
     )
 
 

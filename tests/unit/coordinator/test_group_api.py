@@ -25,6 +25,7 @@ from oncelog.errors import ErrorCode
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, request_module
 from oncelog.protocol.codec import decode_request, encode_response
+from tests.support.fake_cluster_view import FakeClusterView, coordinating
 
 NONE = ErrorCode.none
 
@@ -49,6 +50,9 @@ class FakePartitions:
 class FakeBroker:
     groups: GroupCoordinator
     node: NodeIdentity = NODE
+    cluster: FakeClusterView = field(
+        default_factory=lambda: coordinating(NODE.node_id, NODE.host, NODE.port)
+    )
     partitions: FakePartitions = field(default_factory=FakePartitions)
 
 

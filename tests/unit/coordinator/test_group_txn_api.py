@@ -29,6 +29,7 @@ from oncelog.coordinator.transaction import InMemoryTxnLogStore, TransactionCoor
 from oncelog.errors import ErrorCode
 from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
+from tests.support.fake_cluster_view import FakeClusterView, coordinating
 
 NONE = ErrorCode.none
 KEY = versions.TXN_OFFSET_COMMIT
@@ -72,6 +73,9 @@ class TxnBroker:
     store: MemoryOffsetsStore
     markers: OffsetsMarkerWriter
     node: NodeIdentity = NODE
+    cluster: FakeClusterView = field(
+        default_factory=lambda: coordinating(NODE.node_id, NODE.host, NODE.port)
+    )
 
 
 def new_broker(tmp_path: Path) -> TxnBroker:
