@@ -76,6 +76,8 @@ class PartitionRegistry:
         # replicas are opened (oncelog.broker.cluster.roles keeps both in step with the
         # metadata image); load() opens the partition directories found on disk.
         self.hosted_only = False
+        # Cluster mode: asks the cluster to create a topic (auto.create.topics.enable).
+        self.auto_creator: Callable[[str], None] | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         # Producer-state snapshots taken at segment rolls are written (fsync included) by
         # one worker thread, in order, instead of inside the append on the event loop.
@@ -282,6 +284,12 @@ class PartitionRegistry:
             return info
         if not self.config["auto.create.topics.enable"]:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+        if self.hosted_only:  # cluster mode: the topic is created in the metadata store
+            validate_topic_name(name)
+            if self.auto_creator is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+            self.auto_creator(name)
+            raise KafkaError(ErrorCode.leader_not_available, f"topic {name!r} is being created")
         return self.create_topic(name, -1)
 
     def delete_topic(self, name: str) -> None:

@@ -116,6 +116,7 @@ def _tools() -> dict[str, ModuleType]:
 def serve(args: argparse.Namespace) -> int:
     from oncelog.broker.broker import Broker
     from oncelog.broker.datadir import DataDirError
+    from oncelog.cluster.metadata import MetadataStoreError
 
     logging.basicConfig(
         level=args.log_level,
@@ -160,7 +161,7 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main())
-    except DataDirError as exc:
+    except (DataDirError, MetadataStoreError) as exc:
         print(f"oncelog: cannot serve: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
