@@ -1,0 +1,82 @@
+"""Three brokers and etcd: topics with replication factor 3, leaders spread and agreed on by
+every broker, leadership moving when a broker dies (session timeout) or shuts down
+(controlled shutdown), and Kafka's refusal of an impossible replication factor."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.broker import REPO_ROOT
+from tests.support.cluster import ClusterProcess, MetadataView
+
+TOPIC = "orders"
+
+
+def create_topic(cluster: ClusterProcess, name: str, partitions: int, factor: int) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, factor)], operation_timeout=10)
+    futures[name].result(timeout=30)
+
+
+def settled(topic: str, partitions: int, brokers: int) -> object:
+    def check(m: MetadataView) -> bool:
+        parts = m.topics.get(topic, {})
+        return len(parts) == partitions and all(
+            p.leader > 0 and len(p.isr) == brokers for p in parts.values())
+    return check
+
+
+def test_replicated_topic_metadata_produce_and_consume(cluster: ClusterProcess) -> None:
+    create_topic(cluster, TOPIC, 6, 3)
+    view = cluster.wait_until(settled(TOPIC, 6, 3), "6 led partitions")
+    views = [cluster.metadata(n) for n in (1, 2, 3)]
+    assert all(v.topics[TOPIC] == views[0].topics[TOPIC] for v in views)
+    assert all(v.controller_id == views[0].controller_id for v in views)
+    leaders = view.leaders(TOPIC)
+    assert set(leaders.values()) == {1, 2, 3}  # striped placement spreads the leaders
+    for p in view.topics[TOPIC].values():
+        assert sorted(p.replicas) == [1, 2, 3] and p.leader == p.replicas[0]
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": 1})
+    for i in range(60):
+        producer.produce(TOPIC, key=str(i).encode(), value=f"v{i}".encode(), partition=i % 6)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "basics",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([TOPIC])
+    seen: set[bytes] = set()
+    try:
+        for _ in range(300):
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.add(msg.value())
+            if len(seen) == 60:
+                break
+    finally:
+        consumer.close()
+    assert seen == {f"v{i}".encode() for i in range(60)}
+
+    described = subprocess.run(
+        [sys.executable, "-m", "oncelog.cli.main", "topics", "describe", TOPIC,
+         "--bootstrap-server", cluster.bootstrap],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=True,
+    ).stdout
+    rows = {int(cells[1]): cells[2:5] for cells in map(str.split, described.splitlines()[1:])}
+    assert rows == {
+        index: [str(p.leader), ",".join(map(str, p.replicas)), ",".join(map(str, p.isr))]
+        for index, p in view.topics[TOPIC].items()
+    }
+
+
+def test_replication_factor_above_broker_count_is_refused(cluster: ClusterProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    future = admin.create_topics([NewTopic("too-many", 1, 4)], operation_timeout=10)["too-many"]
+    try:
+        future.result(timeout=30)
+        raise AssertionError("replication factor 4 on 3 brokers was accepted")
+    except KafkaException as exc:
+        assert exc.args[0].name() == "INVALID_REPLICATION_FACTOR"
