@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -22,7 +23,7 @@ def create_topic(cluster: ClusterProcess, name: str, partitions: int, factor: in
     futures[name].result(timeout=30)
 
 
-def settled(topic: str, partitions: int, brokers: int) -> object:
+def settled(topic: str, partitions: int, brokers: int) -> Callable[[MetadataView], bool]:
     def check(m: MetadataView) -> bool:
         parts = m.topics.get(topic, {})
         return len(parts) == partitions and all(
@@ -52,8 +53,8 @@ def test_replicated_topic_metadata_produce_and_consume(cluster: ClusterProcess) 
     try:
         for _ in range(300):
             msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                seen.add(msg.value())
+            if msg is not None and msg.error() is None and msg.value() is not None:
+                seen.add(bytes(msg.value() or b""))
             if len(seen) == 60:
                 break
     finally:

@@ -26,9 +26,9 @@ from typing import Any, Self
 
 from kio.schema.metadata.v12 import request as md
 
-from tests.integration.rawkafka import request_once
 from tests.support.broker import BrokerProcess, ConfigValue
 from tests.support.etcd import EtcdProcess, start_etcd, unique_prefix
+from tests.support.rawkafka import request_once
 
 
 @dataclass(frozen=True)
