@@ -32,7 +32,7 @@ from pathlib import Path
 
 from oncelog.broker import api
 from oncelog.broker.cluster.member import ClusterMember, cluster_mode
-from oncelog.broker.cluster_view import ClusterView, LocalClusterView
+from oncelog.broker.cluster_view import BrokerEndpoint, ClusterView, LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.dynamic_config import describe_listeners, load_dynamic_configs
@@ -139,7 +139,8 @@ class Broker:
 
     def _cluster_view(self, node: NodeIdentity) -> ClusterView:
         if self.member is None:
-            return LocalClusterView(node, self.partitions)
+            return LocalClusterView(BrokerEndpoint(node.node_id, node.host, node.port),
+                                    self.partitions)
         return self.member.view
 
     async def _load_coordinators(self) -> None:

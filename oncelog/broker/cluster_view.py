@@ -28,7 +28,6 @@ from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
-    from oncelog.broker.context import NodeIdentity
     from oncelog.broker.partitions import PartitionRegistry, TopicInfo
 
 log = logging.getLogger(__name__)
@@ -226,10 +225,9 @@ class LocalClusterView:
     DescribeTopicPartitions always said; the data path still reaches it, and answers
     KAFKA_STORAGE_ERROR."""
 
-    def __init__(self, node: NodeIdentity, registry: PartitionRegistry) -> None:
+    def __init__(self, node: BrokerEndpoint, registry: PartitionRegistry) -> None:
         self._node = node
         self._registry = registry
-        self._self = BrokerEndpoint(node.node_id, node.host, node.port)
         self._admin = LocalTopicAdmin(registry, node.node_id)
 
     @property
@@ -241,10 +239,10 @@ class LocalClusterView:
         return self._admin
 
     def brokers(self) -> Sequence[BrokerEndpoint]:
-        return (self._self,)
+        return (self._node,)
 
     def broker(self, node_id: int) -> BrokerEndpoint | None:
-        return self._self if node_id == self._node.node_id else None
+        return self._node if node_id == self._node.node_id else None
 
     def controller_id(self) -> int:
         return self._node.node_id
@@ -261,8 +259,9 @@ class LocalClusterView:
         return PartitionLeadership(me, self.leader_epoch(topic, index), (me,), (me,))
 
     def leader_epoch(self, topic: str, index: int) -> int:
+        """The partition engine's leader epoch (0 on one node: it never changes leader)."""
         held = self._registry.find(topic, index)
-        return 0 if held is None else held.leader_epoch
+        return -1 if held is None else held.leader_epoch
 
     def leads(self, topic: str, index: int) -> bool:
         return self.partition(topic, index) is not None

@@ -234,10 +234,18 @@ class MetadataStore(Protocol):
         ...
 
     async def compare_and_set_partition(
-        self, topic: str, partition: int, state: PartitionState, expected_version: int
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        expected_version: int,
+        *,
+        as_controller: tuple[int, int] | None = None,
     ) -> int | None:
         """Write ``state`` if the partition's version is still ``expected_version``; the
-        new version, or None when another writer got there first."""
+        new version, or None when another writer got there first. ``as_controller``
+        ``(node id, controller epoch)``: the write also requires that this is still the
+        live controller (a zombie controller's decisions are refused)."""
         ...
 
     async def allocate_producer_ids(self, count: int) -> int:

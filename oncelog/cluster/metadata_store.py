@@ -353,14 +353,25 @@ class EtcdMetadataStore:
             raise MetadataStoreError(f"etcd at {self.endpoint}: no topic {topic.name!r}")
 
     async def compare_and_set_partition(
-        self, topic: str, partition: int, state: PartitionState, expected_version: int
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        expected_version: int,
+        *,
+        as_controller: tuple[int, int] | None = None,
     ) -> int | None:
         client = await self._connected()
         t = client.transactions
         key = self.keys.partition(topic, partition)
+        compare = [t.mod(key) == expected_version]
+        if as_controller is not None:
+            # A controller's write holds only while it still is the controller: a zombie
+            # (paused past its lease) is refused even if nobody touched the partition since.
+            compare.append(t.value(self.keys.controller) == encode_controller(*as_controller))
         succeeded, responses = await self._txn(
             f"update partition {topic}-{partition}",
-            [t.mod(key) == expected_version],
+            compare,
             [t.put(key, encode_partition(state)), t.get(key)],
             [],
         )

@@ -191,7 +191,13 @@ class RacingStore(EtcdMetadataStore):
     raced = False
 
     async def compare_and_set_partition(
-        self, topic: str, partition: int, state: PartitionState, expected_version: int
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        expected_version: int,
+        *,
+        as_controller: tuple[int, int] | None = None,
     ) -> int | None:
         if not RacingStore.raced and topic == TRANSACTION_STATE_TOPIC:
             RacingStore.raced = True
@@ -201,8 +207,9 @@ class RacingStore(EtcdMetadataStore):
             assert await super().compare_and_set_partition(
                 topic, partition, competing, expected_version
             ) is not None
-        return await super().compare_and_set_partition(topic, partition, state,
-                                                       expected_version)
+        return await super().compare_and_set_partition(
+            topic, partition, state, expected_version, as_controller=as_controller
+        )
 
 
 def test_a_refused_write_is_decided_again_from_the_newer_state(etcd: EtcdProcess) -> None:

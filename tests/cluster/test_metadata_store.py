@@ -177,6 +177,42 @@ def test_partition_state_compare_and_set(etcd: EtcdProcess) -> None:
     asyncio.run(scenario())
 
 
+def test_a_zombie_controllers_partition_write_is_refused(etcd: EtcdProcess) -> None:
+    """A controller whose lease expired (paused past the session timeout) and was replaced
+    cannot write a decision, even to a partition nobody touched since."""
+
+    async def scenario() -> None:
+        prefix = unique_prefix()
+        zombie = make_store(etcd, prefix, session_timeout_ms=1000, heartbeat_interval_ms=600_000)
+        successor = make_store(etcd, prefix)
+        try:
+            await zombie.register_broker(broker(1))
+            await successor.register_broker(broker(2))
+            old_epoch = await zombie.campaign_controller(1)
+            assert old_epoch is not None
+            initial = PartitionState(leader=1, leader_epoch=0, isr=(1, 2))
+            assert await successor.create_topic(topic("t", 1), {0: initial})
+            image = await successor.load()
+            version = image.partitions[("t", 0)].version
+            events = successor.watch(image.revision)
+            await next_event(events, lambda e: e.kind == "controller" and e.deleted)
+            new_epoch = await successor.campaign_controller(2)
+            assert new_epoch is not None and new_epoch > old_epoch
+            stale = initial.with_leader(1, (1,), controller_epoch=old_epoch)
+            assert await zombie.compare_and_set_partition(
+                "t", 0, stale, version, as_controller=(1, old_epoch)
+            ) is None
+            fresh = initial.with_leader(2, (2,), controller_epoch=new_epoch)
+            assert await successor.compare_and_set_partition(
+                "t", 0, fresh, version, as_controller=(2, new_epoch)
+            ) is not None
+        finally:
+            await zombie.close()
+            await successor.close()
+
+    asyncio.run(scenario())
+
+
 def test_producer_id_blocks_never_overlap(etcd: EtcdProcess) -> None:
     async def scenario() -> None:
         prefix = unique_prefix()

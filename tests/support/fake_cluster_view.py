@@ -42,6 +42,7 @@ class FakeClusterView:
         default_factory=lambda: {OFFSETS_TOPIC: 50, TRANSACTION_STATE_TOPIC: 50}
     )
     admin: TopicAdmin = field(default_factory=lambda: _no_admin())
+    lead_everything: bool = False  # every partition exists, led by this node at epoch 0
 
     def lead(self, topic: str, index: int, leader: int, epoch: int = 5) -> None:
         replicas = tuple(sorted({ME, OTHER}))
@@ -59,10 +60,12 @@ class FakeClusterView:
         return self.controller
 
     def partition(self, topic: str, index: int) -> PartitionLeadership | None:
+        if self.lead_everything:
+            return PartitionLeadership(self.node_id, 0, (self.node_id,), (self.node_id,))
         return self.partitions.get((topic, index))
 
     def leads(self, topic: str, index: int) -> bool:
-        state = self.partitions.get((topic, index))
+        state = self.partition(topic, index)
         return state is not None and state.leader == self.node_id
 
     def coordinator(self, key_type: int, key: str) -> CoordinatorLocation:
@@ -76,8 +79,9 @@ def _no_admin() -> Any:
 
 
 def coordinating(node_id: int, host: str, port: int) -> FakeClusterView:
-    """One live broker that coordinates every group and transactional id."""
+    """One live broker that coordinates every group and transactional id and leads every
+    partition (the handlers' checks pass; what they check is up to the test's fakes)."""
     return FakeClusterView(
         node_id=node_id, endpoints={node_id: BrokerEndpoint(node_id, host, port)},
-        controller=node_id, coordinator_leader=node_id,
+        controller=node_id, coordinator_leader=node_id, lead_everything=True,
     )

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.broker.cluster_view import GROUP_KEY, TRANSACTION_KEY
+from oncelog.broker.cluster_view import GROUP_KEY, TRANSACTION_KEY, coordinator_error
 from oncelog.coordinator.group.results import OffsetFetchEntry, TopicPartition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC
@@ -84,9 +84,21 @@ def _coordinator_node(ctx: RequestContext, key_type: int, key: str) -> dict[str,
 # JoinGroup, SyncGroup, Heartbeat, LeaveGroup
 
 
+def _group_coordinator_error(ctx: RequestContext, group_id: str) -> ErrorCode:
+    """NOT_COORDINATOR when this broker does not lead the group's ``__consumer_offsets``
+    partition (the cluster view decides)."""
+    return coordinator_error(ctx.services.cluster, GROUP_KEY, group_id)
+
+
 @handles(versions.JOIN_GROUP, 0, 9)
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.JOIN_GROUP, ctx.api_version)
+    if (error := _group_coordinator_error(ctx, request.group_id)) is not ErrorCode.none:
+        return make(
+            mod.JoinGroupResponse, throttle_time=0, error_code=error, generation_id=-1,
+            protocol_type=None, protocol_name=None if ctx.api_version >= 7 else "",
+            leader="", skip_assignment=False, member_id=request.member_id, members=(),
+        )
     session_ms = to_ms(request.session_timeout)
     rebalance_ms = to_ms(getattr(request, "rebalance_timeout", None))
     result = await ctx.services.groups.join_group(
@@ -131,6 +143,9 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.SYNC_GROUP, 0, 5)
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.SYNC_GROUP, ctx.api_version)
+    if (error := _group_coordinator_error(ctx, request.group_id)) is not ErrorCode.none:
+        return make(mod.SyncGroupResponse, throttle_time=0, error_code=error,
+                    protocol_type=None, protocol_name=None, assignment=b"")
     result = await ctx.services.groups.sync_group(
         group_id=request.group_id,
         generation_id=int(request.generation_id),
@@ -153,6 +168,8 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.HEARTBEAT, 0, 4)
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.HEARTBEAT, ctx.api_version)
+    if (error := _group_coordinator_error(ctx, request.group_id)) is not ErrorCode.none:
+        return make(mod.HeartbeatResponse, throttle_time=0, error_code=error)
     error = ctx.services.groups.heartbeat(
         request.group_id,
         int(request.generation_id),

@@ -13,6 +13,7 @@ from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.compat import fenced_for_version
+from oncelog.broker.api.transactions import txn_coordinator_error
 from oncelog.broker.cluster_view import check_leader
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -24,6 +25,12 @@ log = logging.getLogger(__name__)
 @handles(versions.INIT_PRODUCER_ID, 0, 6)
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.INIT_PRODUCER_ID, ctx.api_version)
+    if request.transactional_id is not None and (
+        error := txn_coordinator_error(ctx, request.transactional_id)
+    ) is not ErrorCode.none:
+        return make(mod.InitProducerIdResponse, throttle_time=0, error_code=error,
+                    producer_id=-1, producer_epoch=-1, ongoing_txn_producer_id=-1,
+                    ongoing_txn_producer_epoch=-1)
     # One path for every producer id: the transaction coordinator decides (a fresh id for an
     # idempotent producer; bump, fence, 2PC for a transactional one).
     result = await ctx.services.transactions.handle_init_producer_id(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.compat import fenced_for_version
-from oncelog.broker.cluster_view import check_leader
+from oncelog.broker.cluster_view import TRANSACTION_KEY, check_leader, coordinator_error
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from oncelog.protocol import versions
@@ -37,6 +37,12 @@ def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
     if coordinator is None:
         raise RuntimeError("the broker has no transaction coordinator (services.transactions)")
     return cast("TransactionCoordinator", coordinator)
+
+
+def txn_coordinator_error(ctx: RequestContext, transactional_id: str) -> ErrorCode:
+    """NOT_COORDINATOR when this broker does not lead the transactional id's
+    ``__transaction_state`` partition (the cluster view decides)."""
+    return coordinator_error(ctx.services.cluster, TRANSACTION_KEY, transactional_id)
 
 
 def _topic_results(mod: Any, answers: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
@@ -61,6 +67,8 @@ async def _add_partitions(
     verify_only: bool,
 ) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+    if (error := txn_coordinator_error(ctx, transactional_id)) is not ErrorCode.none:
+        return dict.fromkeys(wanted, error)
     registry = ctx.services.partitions
     missing = {tp for tp in wanted if registry.find(tp[0], tp[1]) is None}
     if missing:
@@ -117,12 +125,14 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
 @handles(versions.ADD_OFFSETS_TO_TXN, 0, 4)
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.ADD_OFFSETS_TO_TXN, ctx.api_version)
-    code = await _coordinator(ctx).handle_add_offsets(
-        request.transactional_id,
-        int(request.producer_id),
-        int(request.producer_epoch),
-        request.group_id,
-    )
+    code = txn_coordinator_error(ctx, request.transactional_id)
+    if code is ErrorCode.none:
+        code = await _coordinator(ctx).handle_add_offsets(
+            request.transactional_id,
+            int(request.producer_id),
+            int(request.producer_epoch),
+            request.group_id,
+        )
     return make(
         mod.AddOffsetsToTxnResponse,
         throttle_time=0,
@@ -135,6 +145,9 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.END_TXN, ctx.api_version)
     # EndTxn v5 is how a client says it uses transactions v2 (an epoch bump per transaction).
     client_version = 2 if ctx.api_version >= 5 else 0
+    if (error := txn_coordinator_error(ctx, request.transactional_id)) is not ErrorCode.none:
+        return make(mod.EndTxnResponse, throttle_time=0, error_code=error, producer_id=-1,
+                    producer_epoch=-1)
     result = await _coordinator(ctx).handle_end_txn(
         request.transactional_id,
         int(request.producer_id),

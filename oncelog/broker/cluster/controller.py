@@ -225,7 +225,8 @@ class Controller:
             old = self.image.state(topic, partition)
             new = change.state
             version = await self.store.compare_and_set_partition(
-                topic, partition, new, change.expected_version
+                topic, partition, new, change.expected_version,
+                as_controller=(self.node_id, self.epoch),
             )
             if version is None:
                 self.stats.cas_conflicts += 1

@@ -323,3 +323,47 @@ def test_topic_administration_goes_through_the_views_admin(tmp_path: Path) -> No
         ("grow", "t", 3, [(OTHER,)]),
     ]
     assert "t" in svc.partitions.topics  # the registry was not asked directly
+
+
+# -- coordinator APIs: NOT_COORDINATOR when the key's coordinator partition is led elsewhere --
+def test_group_and_transaction_apis_answer_not_coordinator(tmp_path: Path) -> None:
+    svc, view = services(tmp_path)
+    view.coordinator_leader = OTHER
+    def request(api_key: int, version: int, cls: str, **fields: Any) -> Any:
+        return make(getattr(request_module(api_key, version), cls), **fields)
+
+    ms = datetime.timedelta(seconds=10)
+    answers = [
+        call(svc, versions.JOIN_GROUP, 9, group.handle_join_group, request(
+            versions.JOIN_GROUP, 9, "JoinGroupRequest", group_id="g", session_timeout=ms,
+            rebalance_timeout=ms, member_id="", group_instance_id=None,
+            protocol_type="consumer", protocols=(), reason=None)).error_code,
+        call(svc, versions.SYNC_GROUP, 5, group.handle_sync_group, request(
+            versions.SYNC_GROUP, 5, "SyncGroupRequest", group_id="g", generation_id=1,
+            member_id="m", group_instance_id=None, protocol_type=None, protocol_name=None,
+            assignments=())).error_code,
+        call(svc, versions.HEARTBEAT, 4, group.handle_heartbeat, request(
+            versions.HEARTBEAT, 4, "HeartbeatRequest", group_id="g", generation_id=1,
+            member_id="m", group_instance_id=None)).error_code,
+        call(svc, versions.INIT_PRODUCER_ID, 5, producers.handle_init_producer_id, request(
+            versions.INIT_PRODUCER_ID, 5, "InitProducerIdRequest", transactional_id="tx",
+            transaction_timeout=ms, producer_id=-1, producer_epoch=-1)).error_code,
+        call(svc, versions.ADD_OFFSETS_TO_TXN, 4, transactions.handle_add_offsets_to_txn,
+             request(versions.ADD_OFFSETS_TO_TXN, 4, "AddOffsetsToTxnRequest",
+                     transactional_id="tx", producer_id=4, producer_epoch=0,
+                     group_id="g")).error_code,
+        call(svc, versions.END_TXN, 4, transactions.handle_end_txn, request(
+            versions.END_TXN, 4, "EndTxnRequest", transactional_id="tx", producer_id=4,
+            producer_epoch=0, committed=True)).error_code,
+    ]
+    assert answers == [ErrorCode.not_coordinator] * len(answers)
+    mod = request_module(versions.ADD_PARTITIONS_TO_TXN, 3)
+    response = call(
+        svc, versions.ADD_PARTITIONS_TO_TXN, 3, transactions.handle_add_partitions_to_txn,
+        make(mod.AddPartitionsToTxnRequest, v3_and_below_transactional_id="tx",
+             v3_and_below_producer_id=4, v3_and_below_producer_epoch=0,
+             v3_and_below_topics=(make(mod.AddPartitionsToTxnTopic, name="t",
+                                       partitions=(0,)),)))
+    [topic] = response.results_by_topic_v3_and_below
+    assert [p.partition_error_code for p in topic.results_by_partition] == [
+        ErrorCode.not_coordinator]

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 
 from oncelog.broker.api import RequestContext, fetch, produce
-from oncelog.broker.cluster_view import LocalClusterView
+from oncelog.broker.cluster_view import BrokerEndpoint, LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import FakeClock
@@ -50,7 +50,7 @@ def services(tmp_path: Path, transactions: FakeTransactions | None = None) -> Br
         partitions=registry, groups=cast(Any, SimpleNamespace()),
         transactions=cast(Any, transactions or FakeTransactions()),
         producer_ids=cast(Any, SimpleNamespace()),
-        cluster=LocalClusterView(node, registry),
+        cluster=LocalClusterView(BrokerEndpoint(1, "localhost", 9092), registry),
     )
 
 

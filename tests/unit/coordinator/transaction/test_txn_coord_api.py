@@ -22,6 +22,7 @@ from oncelog.protocol.codec import encode_response
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
 from oncelog.storage.unified_log import UnifiedLog
+from tests.support.fake_cluster_view import coordinating
 
 E = ErrorCode
 T = TypeVar("T")
@@ -36,7 +37,8 @@ class FakeRegistry:
 
 
 def ctx_for(env: Env, api_key: int, version: int) -> RequestContext:
-    broker = SimpleNamespace(transactions=env.coord, partitions=FakeRegistry({A0, A1}))
+    broker = SimpleNamespace(transactions=env.coord, partitions=FakeRegistry({A0, A1}),
+                             cluster=coordinating(1, "localhost", 9092))
     return RequestContext(api_key, version, 1, "test", "127.0.0.1", broker)  # type: ignore[arg-type]
 
 
@@ -241,7 +243,8 @@ def test_client_abort_marker_cannot_raise_the_coordinator_epoch(tmp_path: Path) 
     log.append(data, validate_batches(data, max_batch_bytes=10**6))
     partition = Partition("a", 0, log)
     broker = SimpleNamespace(transactions=env.coord,
-                             partitions=SimpleNamespace(find=lambda t, i: partition))
+                             partitions=SimpleNamespace(find=lambda t, i: partition),
+                             cluster=coordinating(1, "localhost", 9092))
     ctx = RequestContext(versions.WRITE_TXN_MARKERS, 1, 1, "test", "127.0.0.1",
                          broker)  # type: ignore[arg-type]
     mod = request_module(versions.WRITE_TXN_MARKERS, 1)
