@@ -81,3 +81,46 @@ def test_replication_factor_above_broker_count_is_refused(cluster: ClusterProces
         raise AssertionError("replication factor 4 on 3 brokers was accepted")
     except KafkaException as exc:
         assert exc.args[0].name() == "INVALID_REPLICATION_FACTOR"
+
+
+def led_by(view: MetadataView, topic: str, node_id: int) -> list[int]:
+    return sorted(i for i, leader in view.leaders(topic).items() if leader == node_id)
+
+
+def test_killed_leader_is_replaced_after_the_session_timeout(cluster: ClusterProcess) -> None:
+    create_topic(cluster, TOPIC, 3, 3)
+    before = cluster.wait_until(settled(TOPIC, 3, 3), "3 led partitions")
+    victim = before.topics[TOPIC][0].leader
+    moved = led_by(before, TOPIC, victim)
+    cluster.kill(victim)
+    after = cluster.wait_until(
+        lambda m: victim not in m.brokers and not led_by(m, TOPIC, victim)
+        and all(m.topics[TOPIC][i].leader > 0 for i in moved),
+        f"leadership moved off killed broker {victim}",
+    )
+    for index in moved:
+        old, new = before.topics[TOPIC][index], after.topics[TOPIC][index]
+        assert new.leader in old.isr and new.leader != victim
+        assert new.leader_epoch > old.leader_epoch
+        assert victim not in new.isr
+    # Clients carry on with the new leaders.
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": 1})
+    for index in range(3):
+        producer.produce(TOPIC, value=b"after", partition=index)
+    assert producer.flush(30) == 0
+
+
+def test_sigterm_moves_leadership_away_before_exit(cluster: ClusterProcess) -> None:
+    create_topic(cluster, TOPIC, 3, 3)
+    before = cluster.wait_until(settled(TOPIC, 3, 3), "3 led partitions")
+    victim = before.topics[TOPIC][1].leader
+    assert led_by(before, TOPIC, victim)
+    assert cluster.stop(victim) == 0
+    log = cluster.brokers[victim].log_text(since_start=True)
+    assert "controlled shutdown: this broker leads no partition" in log
+    # Moved by the controlled shutdown, not by the session timeout: the other brokers'
+    # Metadata shows new leaders with higher epochs at once.
+    after = cluster.wait_until(lambda m: not led_by(m, TOPIC, victim), "new leaders",
+                               timeout=5)
+    for index in led_by(before, TOPIC, victim):
+        assert after.topics[TOPIC][index].leader_epoch > before.topics[TOPIC][index].leader_epoch
