@@ -7,12 +7,15 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.broker import REPO_ROOT
+from tests.support.broker import REPO_ROOT, BrokerProcess
 from tests.support.cluster import ClusterProcess, MetadataView
+from tests.support.process import ServerStartError
 
 TOPIC = "orders"
 
@@ -103,6 +106,14 @@ def test_killed_leader_is_replaced_after_the_session_timeout(cluster: ClusterPro
         assert new.leader in old.isr and new.leader != victim
         assert new.leader_epoch > old.leader_epoch
         assert victim not in new.isr
+    shown = subprocess.run(
+        [sys.executable, "-m", "oncelog.cli.main", "cluster",
+         "--bootstrap-server", cluster.bootstrap],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=True,
+    ).stdout
+    assert f"Controller: {after.controller_id}" in shown
+    # The dead broker left every ISR: all of the topic's partitions are under-replicated.
+    assert len([x for x in shown.splitlines() if x.startswith(f"{TOPIC} ")]) == 3
     # Clients carry on with the new leaders.
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": 1})
     for index in range(3):
@@ -124,3 +135,26 @@ def test_sigterm_moves_leadership_away_before_exit(cluster: ClusterProcess) -> N
                                timeout=5)
     for index in led_by(before, TOPIC, victim):
         assert after.topics[TOPIC][index].leader_epoch > before.topics[TOPIC][index].leader_epoch
+
+
+def test_start_refuses_a_live_node_id_and_another_clusters_data_dir(
+    cluster: ClusterProcess, tmp_path: Path
+) -> None:
+    assert cluster.etcd is not None
+    configs = {**cluster.configs, "metadata.etcd.endpoints": cluster.etcd.endpoint,
+               "metadata.etcd.prefix": cluster.prefix}
+    twin = BrokerProcess(tmp_path / "twin", node_id=2, configs=configs, start_timeout=20)
+    with pytest.raises(ServerStartError) as refused:
+        twin.start()
+    assert twin.returncode == 1
+    assert "broker id 2 is registered by a live broker" in refused.value.log
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "meta.properties").write_text("cluster.id=someotherclusterid\nnode.id=4\n")
+    stranger = BrokerProcess(foreign, node_id=4, configs=configs, start_timeout=20)
+    with pytest.raises(ServerStartError) as other:
+        stranger.start()
+    assert stranger.returncode == 1
+    assert "belongs to another cluster" in other.value.log
+    assert cluster.metadata().brokers == {1, 2, 3}  # neither joined
