@@ -248,6 +248,7 @@ class LogConfig:
     index_interval_bytes: int = 4096
     segment_index_bytes: int = 10485760
     compression_type: str = "producer"
+    min_insync_replicas: int = 1
 
     @classmethod
     def resolve(cls, broker: BrokerConfig, topic_overrides: Mapping[str, str]) -> LogConfig:
@@ -267,4 +268,5 @@ class LogConfig:
             index_interval_bytes=int(values["index.interval.bytes"]),
             segment_index_bytes=int(values["segment.index.bytes"]),
             compression_type=str(values["compression.type"]),
+            min_insync_replicas=int(values["min.insync.replicas"]),
         )

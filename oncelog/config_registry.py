@@ -134,7 +134,7 @@ _TOPIC_KEYS = [
     _key("min.compaction.lag.ms", L, 0, "Shortest time a record stays uncompacted.",
          at_least=0, synonyms=("log.cleaner.min.compaction.lag.ms",), not_yet=COMPACTION),
     _key("min.insync.replicas", INT, 1, "In-sync replicas an acks=all write needs.",
-         at_least=1, synonyms=("min.insync.replicas",), not_yet=REPLICATION),
+         at_least=1, synonyms=("min.insync.replicas",)),
     _key("preallocate", B, False, "Preallocate segment files when they are created.",
          synonyms=("log.preallocate",), not_yet="segment files grow as they are written"),
     _key("remote.copy.lag.bytes", L, -1, "Bytes of local log not yet copied to remote "
@@ -285,6 +285,22 @@ _BROKER_KEYS = [
          "before the broker stops anyway.", at_least=1),
     _key("controlled.shutdown.retry.backoff.ms", L, 5000, "How long one controlled-shutdown "
          "attempt waits for the leaderships to move.", at_least=0),
+    # Replication (oncelog.broker.cluster.replica_fetcher / replica_manager; cluster mode).
+    _key("replica.lag.time.max.ms", L, 30000, "A follower that has not caught up with the "
+         "leader's log end for this long leaves the ISR.", at_least=0),
+    _key("replica.fetch.wait.max.ms", INT, 500, "Longest a follower's fetch waits at the "
+         "leader for data.", at_least=0),
+    _key("replica.fetch.max.bytes", INT, 1048576, "Bytes a follower's fetch asks for per "
+         "partition (the first batch is returned whole even if larger).", at_least=0),
+    _key("replica.fetch.response.max.bytes", INT, 10485760, "Bytes a follower's fetch asks "
+         "for in all.", at_least=0),
+    _key("replica.fetch.min.bytes", INT, 1, "Bytes a follower's fetch waits for at the "
+         "leader.", at_least=1),
+    _key("replica.fetch.backoff.ms", INT, 1000, "Pause of a follower's fetcher after an "
+         "error.", at_least=0),
+    _key("replica.socket.timeout.ms", INT, 30000, "Time a follower waits for the leader's "
+         "answer beyond replica.fetch.wait.max.ms.", at_least=1),
+    _key("num.replica.fetchers", INT, 1, "Fetcher tasks per source broker.", at_least=1),
 ]
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster.replica_manager import ReplicaManager
     from oncelog.broker.cluster_view import ClusterView
     from oncelog.broker.partitions import PartitionRegistry
     from oncelog.clock import Clock
@@ -49,3 +50,5 @@ class BrokerContext:
     transactions: TransactionCoordinator
     producer_ids: ProducerIdSource
     cluster: ClusterView
+    # The leader's side of replication (cluster mode); None on a single node.
+    replication: ReplicaManager | None = None

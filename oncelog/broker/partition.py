@@ -82,9 +82,10 @@ class Partition:
         self.raw_log = log
         self.log: UnifiedLog = cast(UnifiedLog, _GuardedLog(log, self))
         self.offline: str | None = None
-        # Fetches waiting for data, by isolation level (see _maybe_wake).
-        self._waiters: dict[IsolationLevel, set[asyncio.Future[None]]] = {
-            level: set() for level in IsolationLevel
+        # Fetches waiting for data, by isolation level; None: followers' fetches, which
+        # read up to the log end (see _maybe_wake).
+        self._waiters: dict[IsolationLevel | None, set[asyncio.Future[None]]] = {
+            level: set() for level in [*IsolationLevel, None]
         }
 
     @property
@@ -124,8 +125,20 @@ class Partition:
         return self.log.log_start_offset
 
     @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Replication moved the high watermark (a leader: what the ISR holds; a follower:
+        the leader's, bounded by its own log end); waiting fetches are woken if it moved."""
+        before = self._offsets()
+        moved = self.log.maybe_increment_high_watermark(offset)
+        self._maybe_wake(before)
+        return moved
 
     @property
     def last_stable_offset(self) -> int:
@@ -191,6 +204,12 @@ class Partition:
         self._maybe_wake(before)
         return offset
 
+    def truncate_to(self, offset: int) -> None:
+        """A follower cuts its log at ``offset`` (where it diverged from its leader)."""
+        before = self._offsets()
+        self.log.truncate_to(offset)
+        self._maybe_wake(before)
+
     # -- reads ----------------------------------------------------------------------------
     def read(
         self,
@@ -199,10 +218,14 @@ class Partition:
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         *,
         min_one_batch: bool = True,
+        upto_log_end: bool = False,
     ) -> FetchResult:
         """Whole batches from ``offset`` below the HW (read_uncommitted) or the LSO
-        (read_committed, with the aborted transactions overlapping what is returned)."""
-        return self.log.read(offset, max_bytes, isolation, min_one_batch=min_one_batch)
+        (read_committed, with the aborted transactions overlapping what is returned);
+        ``upto_log_end``: below the log end (a follower's fetch)."""
+        return self.log.read(
+            offset, max_bytes, isolation, min_one_batch=min_one_batch, upto_log_end=upto_log_end
+        )
 
     def producers(self) -> list[ProducerInfo]:
         """The producers this partition knows (DescribeProducers), by producer id."""
@@ -237,17 +260,20 @@ class Partition:
         return start
 
     # -- fetch waiters ----------------------------------------------------------------------
-    def _offsets(self) -> tuple[int, int]:
-        return self.log.high_watermark, self.log.last_stable_offset
+    def _offsets(self) -> tuple[int, int, int]:
+        return self.log.high_watermark, self.log.last_stable_offset, self.log.log_end_offset
 
-    def _maybe_wake(self, before: tuple[int, int]) -> None:
+    def _maybe_wake(self, before: tuple[int, int, int]) -> None:
         """Wake read_uncommitted waiters when the HW moved, read_committed ones only when the
-        LSO moved (an append inside an open transaction gives them nothing to read)."""
-        high_watermark, stable = self._offsets()
+        LSO moved (an append inside an open transaction gives them nothing to read), and
+        followers' fetches when the log end moved."""
+        high_watermark, stable, log_end = self._offsets()
         if high_watermark != before[0]:
             self._wake(self._waiters[IsolationLevel.READ_UNCOMMITTED])
         if stable != before[1]:
             self._wake(self._waiters[IsolationLevel.READ_COMMITTED])
+        if log_end != before[2]:
+            self._wake(self._waiters[None])
 
     @staticmethod
     def _wake(waiters: set[asyncio.Future[None]]) -> None:
@@ -264,8 +290,10 @@ class Partition:
     def add_waiter(
         self,
         fut: asyncio.Future[None],
-        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        isolation: IsolationLevel | None = IsolationLevel.READ_UNCOMMITTED,
     ) -> None:
+        """Wake ``fut`` when what a reader of ``isolation`` may read grows (None: a
+        follower, reading up to the log end)."""
         self._waiters[isolation].add(fut)
 
     def remove_waiter(self, fut: asyncio.Future[None]) -> None:

@@ -42,6 +42,7 @@ __all__ = [
 CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     api.PRODUCE: (3, 12),  # v12 only with transactions v2 (BrokerConnection.version)
     api.FETCH: (4, 12),
+    api.OFFSET_FOR_LEADER_EPOCH: (2, 4),  # followers (oncelog.broker.cluster.replica_fetcher)
     api.LIST_OFFSETS: (1, 8),
     api.METADATA: (1, 12),
     api.OFFSET_COMMIT: (2, 8),

@@ -36,11 +36,12 @@ removes a fenced or failed partition until the next LeaderAndIsr.
 
 from __future__ import annotations
 
-import bisect
 import enum
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+
+from oncelog.storage import leader_epoch
 
 __all__ = [
     "TRANSITIONS",
@@ -61,8 +62,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
+UNDEFINED_EPOCH = leader_epoch.UNDEFINED_EPOCH
+UNDEFINED_EPOCH_OFFSET = leader_epoch.UNDEFINED_EPOCH_OFFSET
 
 EpochEntries = Sequence[tuple[int, int]]  # (epoch, start_offset), ascending in both
 
@@ -80,8 +81,6 @@ class EpochEndOffset:
         return self.end_offset == UNDEFINED_EPOCH_OFFSET
 
 
-_UNDEFINED = EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
-
 
 def end_offset_for_epoch(
     entries: EpochEntries, requested_epoch: int, log_end_offset: int
@@ -89,18 +88,9 @@ def end_offset_for_epoch(
     """Where ``requested_epoch`` ends in a log with these epoch entries (Kafka's
     ``LeaderEpochFileCache.endOffsetFor``): the latest epoch ends at the log end; an older
     one at the start of the next known epoch, reported under the largest known epoch ≤ the
-    requested one; an epoch older than every entry ends where the first entry starts."""
-    if requested_epoch == UNDEFINED_EPOCH or not entries:
-        return _UNDEFINED
-    if entries[-1][0] == requested_epoch:
-        return EpochEndOffset(requested_epoch, log_end_offset)
-    epochs = [epoch for epoch, _ in entries]
-    higher = bisect.bisect_right(epochs, requested_epoch)
-    if higher == len(entries):
-        return _UNDEFINED  # above every known epoch: the latest is always the largest
-    if higher == 0:
-        return EpochEndOffset(requested_epoch, entries[0][1])
-    return EpochEndOffset(entries[higher - 1][0], entries[higher][1])
+    requested one; an epoch older than every entry ends where the first entry starts
+    (the rule is ``oncelog.storage.leader_epoch.end_offset_for``)."""
+    return EpochEndOffset(*leader_epoch.end_offset_for(entries, requested_epoch, log_end_offset))
 
 
 def local_end_offset_for_epoch(

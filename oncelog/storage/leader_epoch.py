@@ -29,8 +29,9 @@ This module does no other I/O and keeps no clock.
 
 from __future__ import annotations
 
+import bisect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,7 @@ __all__ = [
     "UNDEFINED_EPOCH_OFFSET",
     "EpochEntry",
     "LeaderEpochCache",
+    "end_offset_for",
     "read_checkpoint",
     "write_checkpoint",
 ]
@@ -114,6 +116,28 @@ def read_checkpoint(directory: Path) -> list[EpochEntry] | None:
 
 def write_checkpoint(directory: Path, entries: list[EpochEntry]) -> None:
     atomic_write(directory / CHECKPOINT_FILE, encode_checkpoint(entries))
+
+
+def end_offset_for(
+    entries: Sequence[tuple[int, int]], requested_epoch: int, log_end_offset: int
+) -> tuple[int, int]:
+    """The OffsetForLeaderEpoch rule over ``(epoch, start_offset)`` entries, ascending in
+    both (Kafka's ``LeaderEpochFileCache.endOffsetFor``): ``(epoch, end offset)`` -- the
+    latest epoch ends at the log end; an older one at the start of the next known epoch,
+    reported under the largest known epoch <= the requested one (or the requested epoch
+    itself when none is <= it); UNDEFINED (-1, -1) for epoch -1, an empty cache and an
+    epoch above every known one. The one copy of the rule: the cache and the follower's
+    truncation (``oncelog.cluster.follower``) both call it."""
+    if requested_epoch == UNDEFINED_EPOCH or not entries:
+        return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+    if entries[-1][0] == requested_epoch:
+        return requested_epoch, log_end_offset
+    higher = bisect.bisect_right([epoch for epoch, _ in entries], requested_epoch)
+    if higher == len(entries):
+        return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+    if higher == 0:
+        return requested_epoch, entries[0][1]
+    return entries[higher - 1][0], entries[higher][1]
 
 
 Persist = Callable[[list[EpochEntry]], None]
@@ -190,18 +214,9 @@ class LeaderEpochCache:
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """``(epoch, end offset)`` as OffsetForLeaderEpoch answers (see the module text)."""
-        undefined = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
-        if requested_epoch == UNDEFINED_EPOCH or not self._entries:
-            return undefined
-        if self._entries[-1].epoch == requested_epoch:
-            return requested_epoch, log_end_offset
-        higher = next((e for e in self._entries if e.epoch > requested_epoch), None)
-        if higher is None:
-            return undefined
-        floor = [e for e in self._entries if e.epoch <= requested_epoch]
-        if not floor:
-            return requested_epoch, higher.start_offset
-        return floor[-1].epoch, higher.start_offset
+        return end_offset_for(
+            [(e.epoch, e.start_offset) for e in self._entries], requested_epoch, log_end_offset
+        )
 
     def truncate_from_end(self, end_offset: int) -> None:
         """The log now ends at ``end_offset``: entries starting at or after it go."""

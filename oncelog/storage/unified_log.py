@@ -365,6 +365,7 @@ class UnifiedLog:
         commits): only the producer epoch is checked, not sequences. REPLICATION applies the
         batches as they are, markers included."""
         if origin is AppendOrigin.REPLICATION:
+            self._check_replicated_offsets(headers)
             result = self.log.append(buf, headers, log_append_time_ms=log_append_time_ms)
             self._apply(result.headers)
             self._update_first_unstable()
@@ -397,6 +398,21 @@ class UnifiedLog:
                 self._update_first_unstable()
         self._after_append()
         return result
+
+    def _check_replicated_offsets(self, headers: list[BatchHeader]) -> None:
+        """A follower's batches keep the leader's offsets: the log store numbers appended
+        batches from its log end, so they must start there and follow each other without a
+        gap, or the follower's offsets would silently differ from the leader's (Kafka's
+        UnexpectedAppendOffsetException)."""
+        expected = self.log.log_end_offset
+        for header in headers:
+            if header.base_offset != expected:
+                raise KafkaError(
+                    ErrorCode.unknown_server_error,
+                    f"{self.log.directory.name}: replicated batch at offset "
+                    f"{header.base_offset}, the log ends at {expected}",
+                )
+            expected = header.next_offset
 
     def append_marker(
         self,

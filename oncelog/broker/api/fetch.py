@@ -3,7 +3,10 @@
 A partition's ``current_leader_epoch`` (v9+, KIP-320) is checked before reading: older than
 the partition's leader epoch is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH. Sessions
 (KIP-227) are not kept: every fetch is a full fetch, answered with session id 0,
-which tells clients to keep sending full fetches. The response-level max_bytes is soft for
+which tells clients to keep sending full fetches. A fetch with a replica id (a follower,
+``oncelog.broker.cluster.replica_fetcher``) reads up to the log end, waits for the log end
+to move, and feeds the leader's replica tracking (the ISR and the high watermark,
+``oncelog.broker.cluster.replica_manager``). The response-level max_bytes is soft for
 the first batch returned, as in Kafka, so that a consumer always makes progress.
 
 A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER. Kafka adds the
@@ -56,16 +59,17 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             session_id=0,
             responses=(),
         )
-    registry = ctx.services.partitions
     max_wait_ms = max(0, to_ms(request.max_wait))
     min_bytes = max(0, int(request.min_bytes))
     max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
     isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
+    replica_id = int(getattr(request, "replica_id", -1))
+    follower = replica_id >= 0
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     while True:
-        reads, total = _read_all(registry, ctx.services.cluster, request, max_bytes, isolation)
+        reads, total = _read_all(ctx, request, max_bytes, isolation, replica_id)
         if total >= min_bytes or any(r.error != ErrorCode.none for r in reads):
             break
         remaining = deadline - loop.time()
@@ -74,7 +78,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         waiter: asyncio.Future[None] = loop.create_future()
         partitions = [r.partition for r in reads if r.partition is not None]
         for partition in partitions:
-            partition.add_waiter(waiter, isolation)
+            partition.add_waiter(waiter, None if follower else isolation)
         try:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
@@ -89,8 +93,17 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 def _read_all(
-    registry: Any, view: ClusterView, request: Any, max_bytes: int, isolation: IsolationLevel
+    ctx: RequestContext, request: Any, max_bytes: int, isolation: IsolationLevel,
+    replica_id: int,
 ) -> tuple[list[_PartitionRead], int]:
+    """Every partition's read. A follower's fetch (``replica_id`` >= 0) reads up to the log
+    end and tells the leader's replica tracking where the follower's log ends (refused
+    with NOT_LEADER_OR_FOLLOWER for a broker that holds no replica); without replication
+    (one node) it is served as such a read alone."""
+    registry = ctx.services.partitions
+    view: ClusterView = ctx.services.cluster
+    replication = ctx.services.replication
+    follower = replica_id >= 0
     reads: list[_PartitionRead] = []
     total = 0
     for topic in request.topics:
@@ -108,6 +121,11 @@ def _read_all(
                 continue
             try:
                 partition.check_leader_epoch(int(getattr(fp, "current_leader_epoch", -1)))
+                if follower and replication is not None:
+                    replication.on_follower_fetch(
+                        partition, replica_id, int(fp.fetch_offset),
+                        int(getattr(fp, "log_start_offset", -1)),
+                    )
             except KafkaError as exc:
                 read.error = exc.code
                 continue
@@ -119,7 +137,8 @@ def _read_all(
                 continue
             try:
                 result = partition.read(
-                    int(fp.fetch_offset), max(budget, 0), isolation, min_one_batch=total == 0
+                    int(fp.fetch_offset), max(budget, 0), isolation, min_one_batch=total == 0,
+                    upto_log_end=follower,
                 )
             except KafkaError as exc:
                 read.error = exc.code

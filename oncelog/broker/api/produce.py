@@ -10,17 +10,22 @@ Kafka's ``KafkaApis.handleProduceRequest`` does, so the client needs no Metadata
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.cluster_view import BrokerEndpoint, ClusterView, check_leader
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
-from oncelog.protocol.build import make, response_module
+from oncelog.protocol.build import make, response_module, to_ms
 from oncelog.records.batch import BatchHeader
 from oncelog.records.codec import decode_batch
 from oncelog.records.validate import validate_batches
+
+if TYPE_CHECKING:
+    from oncelog.broker.cluster.replica_manager import ReplicaManager
+    from oncelog.broker.partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +36,11 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     view = ctx.services.cluster
     mod = response_module(versions.PRODUCE, ctx.api_version)
     acks = int(request.acks)
-    topics = []
+    replication = ctx.services.replication
+    timeout_ms = to_ms(request.timeout)
+    # acks=all appends waiting for the ISR (cluster mode): (response fields, partition, end).
+    waiting: list[tuple[dict[str, Any], Partition, int]] = []
+    topics: list[tuple[str, list[dict[str, Any]]]] = []
     leader_endpoints: dict[int, BrokerEndpoint] = {}
     for topic_data in request.topic_data:
         name = topic_data.name
@@ -43,6 +52,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             append_time = -1
             log_start = -1
             record_errors: list[tuple[int, str]] = []
+            wait_until: int | None = None
             try:
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
@@ -80,10 +90,16 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     await add_or_verify_transaction(
                         ctx, request.transactional_id, name, pdata.index, headers[0]
                     )
+                if replication is not None:
+                    replication.check_min_isr(partition, acks)
                 result = partition.append(buf, headers)
                 base_offset = result.base_offset
                 append_time = result.log_append_time
                 log_start = partition.log_start_offset
+                if replication is not None:
+                    replication.on_leader_append(partition)
+                    if acks == -1:
+                        wait_until = result.last_offset + 1
             except KafkaError as exc:
                 code = exc.code
                 message = exc.message or None
@@ -96,37 +112,60 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             current_leader = None
             if code is ErrorCode.not_leader_or_follower and ctx.api_version >= 10:
                 current_leader = _current_leader(mod, view, name, pdata.index, leader_endpoints)
-            responses.append(
-                make(
-                    mod.PartitionProduceResponse,
-                    index=pdata.index,
-                    error_code=code,
-                    base_offset=base_offset,
-                    log_append_time=_timestamp(append_time),
-                    log_start_offset=log_start,
-                    record_errors=tuple(
-                        make(mod.BatchIndexAndErrorMessage, batch_index=index,
-                             batch_index_error_message=text)
-                        for index, text in record_errors
-                    ),
-                    error_message=message,
-                    **({} if current_leader is None else {"current_leader": current_leader}),
-                )
+            fields: dict[str, Any] = dict(
+                index=pdata.index,
+                error_code=code,
+                base_offset=base_offset,
+                log_append_time=_timestamp(append_time),
+                log_start_offset=log_start,
+                record_errors=tuple(
+                    make(mod.BatchIndexAndErrorMessage, batch_index=index,
+                         batch_index_error_message=text)
+                    for index, text in record_errors
+                ),
+                error_message=message,
+                **({} if current_leader is None else {"current_leader": current_leader}),
             )
-        topics.append(
-            make(mod.TopicProduceResponse, name=name, partition_responses=tuple(responses))
-        )
+            responses.append(fields)
+            if wait_until is not None and code is ErrorCode.none:
+                waiting.append((fields, partition, wait_until))
+        topics.append((name, responses))
+    if waiting:
+        await _wait_for_acks(replication, waiting, timeout_ms)
     if acks == 0:
         return None
     return make(
         mod.ProduceResponse,
-        responses=tuple(topics),
+        responses=tuple(
+            make(mod.TopicProduceResponse, name=name, partition_responses=tuple(
+                make(mod.PartitionProduceResponse, **fields) for fields in responses
+            ))
+            for name, responses in topics
+        ),
         throttle_time=0,
         node_endpoints=tuple(
             make(mod.NodeEndpoint, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
             for b in leader_endpoints.values()
         ),
     )
+
+
+async def _wait_for_acks(
+    replication: ReplicaManager | None,
+    waiting: list[tuple[dict[str, Any], Partition, int]],
+    timeout_ms: int,
+) -> None:
+    """acks=all (Kafka's DelayedProduce): each append is answered once the high watermark
+    reaches its end, with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell below
+    min.insync.replicas meanwhile, or REQUEST_TIMED_OUT after the request's timeout."""
+    assert replication is not None
+    codes = await asyncio.gather(*(
+        replication.wait_for_acks(partition, end, timeout_ms) for _, partition, end in waiting
+    ))
+    for (fields, partition, _), code in zip(waiting, codes, strict=True):
+        if code is not ErrorCode.none:
+            log.info("acks=all produce to %s answered %s", partition.name, code.name)
+            fields["error_code"] = code
 
 
 def _current_leader(

@@ -24,9 +24,11 @@ from tests.unit.storage.conftest import EngineFactory
 T0 = FakeClock().now_ms()
 
 
-def _batch(n: int = 2, *, epoch: int = -1, pid: int = -1, txn: bool = False) -> bytearray:
+def _batch(
+    n: int = 2, *, epoch: int = -1, pid: int = -1, txn: bool = False, base_offset: int = 0
+) -> bytearray:
     return bytearray(encode_batch(
-        [RecordInput(value=b"v" * 20, timestamp=T0) for _ in range(n)],
+        [RecordInput(value=b"v" * 20, timestamp=T0) for _ in range(n)], base_offset=base_offset,
         partition_leader_epoch=epoch, producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
         base_sequence=0 if pid >= 0 else -1, transactional=txn,
     ))
@@ -81,7 +83,7 @@ def test_follower_refuses_its_own_appends_and_keeps_the_leaders_epochs(
     with pytest.raises(KafkaError):
         follower.append_marker(1, 0, 0, commit=True)
     for epoch in (0, 2, 2, 4):
-        buf = _batch(epoch=epoch)
+        buf = _batch(epoch=epoch, base_offset=follower.log_end_offset)
         follower.append(buf, validate_batches(buf, max_batch_bytes=10**7),
                         origin=AppendOrigin.REPLICATION)
     assert epochs_in(follower) == [(0, 0), (2, 2), (4, 2), (6, 4)]
@@ -93,11 +95,30 @@ def test_follower_refuses_its_own_appends_and_keeps_the_leaders_epochs(
     assert follower.read(0, 10**6).next_offset == 4
 
 
+def test_replicated_batches_must_start_at_the_log_end(make_engine: EngineFactory) -> None:
+    """A follower keeps the leader's offsets: a batch that does not start at its log end
+    (a gap, or offsets it already has) is refused instead of being renumbered."""
+    follower = make_engine(auto_high_watermark=False, name="f-0")
+    follower.become_follower(1)
+    for base_offset in (0, 2):
+        buf = _batch(epoch=1, base_offset=base_offset)
+        follower.append(buf, validate_batches(buf, max_batch_bytes=10**7),
+                        origin=AppendOrigin.REPLICATION)
+    for wrong in (2, 5):
+        buf = _batch(epoch=1, base_offset=wrong)
+        with pytest.raises(KafkaError) as refused:
+            follower.append(buf, validate_batches(buf, max_batch_bytes=10**7),
+                            origin=AppendOrigin.REPLICATION)
+        assert refused.value.code == ErrorCode.unknown_server_error
+    assert follower.log_end_offset == 4
+    assert [h.base_offset for h in follower.log.batch_headers(0)] == [0, 2]
+
+
 def test_truncation_cuts_the_cache_with_the_log(make_engine: EngineFactory) -> None:
     log = make_engine(auto_high_watermark=False, name="f-0")
     log.become_follower(3)
     for epoch in (1, 2, 3):
-        buf = _batch(epoch=epoch)
+        buf = _batch(epoch=epoch, base_offset=log.log_end_offset)
         log.append(buf, validate_batches(buf, max_batch_bytes=10**7),
                    origin=AppendOrigin.REPLICATION)
     # The factory's engine led epoch 0 from offset 0: epoch 1 starting there replaces it.
