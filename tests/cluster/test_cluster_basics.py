@@ -119,6 +119,12 @@ def test_killed_leader_is_replaced_after_the_session_timeout(cluster: ClusterPro
     for index in range(3):
         producer.produce(TOPIC, value=b"after", partition=index)
     assert producer.flush(30) == 0
+    # The broker comes back with its data directory: registered again, its replicas reopened.
+    cluster.restart(victim)
+    back = cluster.wait_until(lambda m: victim in m.brokers, f"broker {victim} back")
+    assert back.topics[TOPIC] == cluster.metadata(victim).topics[TOPIC]
+    restarted_log = cluster.brokers[victim].log_text(since_start=True)
+    assert "opened replica orders-" not in restarted_log  # found on disk, not created anew
 
 
 def test_sigterm_moves_leadership_away_before_exit(cluster: ClusterProcess) -> None:
