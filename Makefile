@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-fast lint bench clean reference js browser etcd go-harness
+.PHONY: serve cluster test test-fast lint bench clean reference js browser etcd go-harness
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 
 serve: $(STAMP)
 	$(VENV)/bin/oncelog serve $(ARGS)
+
+# A local cluster to try: etcd (installed by `make etcd` when missing) and three brokers on
+# 127.0.0.1:9092-9094 in the foreground, data in ./cluster-data; Ctrl-C stops them all.
+cluster: $(STAMP) etcd
+	$(VENV)/bin/oncelog dev-cluster $(ARGS)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check oncelog tests bench examples

@@ -113,8 +113,9 @@ class BrokerConfig:
                 self._layers[ConfigSource.STATIC_BROKER_CONFIG][name] = key.parse(text)
             except ConfigError as exc:
                 raise ValueError(f"bad value for {name}: {text!r} ({exc})") from None
+        single_node = not self["metadata.etcd.endpoints"]  # a cluster may replicate
         for name in ("default.replication.factor", "offsets.topic.replication.factor"):
-            if self[name] > 1 and name in (overrides or {}):
+            if single_node and self[name] > 1 and name in (overrides or {}):
                 raise ValueError(
                     f"Invalid value {self[name]} for configuration {name}: "
                     "replication factor larger than the 1 available broker "

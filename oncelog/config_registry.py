@@ -285,6 +285,12 @@ _BROKER_KEYS = [
          at_least=1),
     _key("broker.heartbeat.interval.ms", INT, 2000, "How often a broker renews its "
          "metadata-store lease.", at_least=1),
+    _key("controlled.shutdown.enable", B, True, "On SIGTERM, ask the controller to move this "
+         "broker's leaderships away before stopping (cluster mode)."),
+    _key("controlled.shutdown.max.retries", INT, 3, "Attempts of a controlled shutdown "
+         "before the broker stops anyway.", at_least=1),
+    _key("controlled.shutdown.retry.backoff.ms", L, 5000, "How long one controlled-shutdown "
+         "attempt waits for the leaderships to move.", at_least=0),
     # Replication (oncelog.broker.cluster.replica_fetcher / replica_manager; cluster mode).
     _key("replica.lag.time.max.ms", L, 30000, "A follower that has not caught up with the "
          "leader's log end for this long leaves the ISR.", at_least=0),

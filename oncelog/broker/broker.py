@@ -5,7 +5,17 @@ Start-up order: bind every listener (the metrics endpoint and the transactions c
 fails before the data directory is touched; lock the data directory (one broker per
 directory); read meta.properties; load topics (recovering logs), create internal topics,
 load the group coordinator from ``__consumer_offsets``; start accepting; then announce
-readiness. The
+readiness.
+
+In cluster mode (``metadata.etcd.endpoints`` set; oncelog.broker.cluster.member): bind;
+lock the data directory; connect to the metadata store; take the cluster id from it
+(meta.properties must agree: a directory of another cluster is refused); load the local
+partition directories; register the broker (a live broker with the same node id: refused,
+exit status 1); load the MetadataCache and apply this broker's replica roles from it; then
+in the TaskGroup the cache follows the store's watch, the controller shell campaigns, the
+producer-id blocks are fetched, and the coordinators load once the controller has created
+the internal topics; start accepting; announce readiness. On SIGTERM a controlled shutdown
+moves this broker's leaderships away first; the lease is revoked last. The
 services that request handlers, the server and the metrics endpoint use are handed to them
 as one frozen ``BrokerContext``, built once storage is loaded. All
 background work (flush scheduler, retention, the group coordinator's timers) runs as tasks
@@ -21,7 +31,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
-from oncelog.broker.cluster_view import BrokerEndpoint, LocalClusterView
+from oncelog.broker.cluster.member import ClusterMember, cluster_mode
+from oncelog.broker.cluster_view import BrokerEndpoint, ClusterView, LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.dynamic_config import describe_listeners, load_dynamic_configs
@@ -34,7 +45,7 @@ from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
-from oncelog.coordinator.producer_ids import ProducerIdManager
+from oncelog.coordinator.producer_ids import ProducerIdManager, ProducerIdSource
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, internal_topic_specs
 from oncelog.ui.server import Console, bind_console, serve_console
@@ -68,7 +79,9 @@ class Broker:
         self.partitions.before_log_change = self.cleaner.abort_and_wait
         self.groups: GroupCoordinator
         self.transactions: TransactionCoordinator
-        self.producer_ids: ProducerIdManager
+        self.producer_ids: ProducerIdSource
+        # Cluster mode (metadata.etcd.endpoints set); None: the single node.
+        self.member = ClusterMember(config, self.partitions) if cluster_mode(config) else None
         self.services: BrokerContext | None = None  # built once storage is loaded
         self.server = Server(config, self.listen_host, self.listen_port)
         self._lock = DataDirLock(data_dir)
@@ -84,7 +97,8 @@ class Broker:
 
     def _start_storage(self) -> None:
         api.load_all()
-        self.cluster_id = load_meta(self.data_dir, self.node_id).cluster_id
+        if self.member is None:
+            self.cluster_id = load_meta(self.data_dir, self.node_id).cluster_id
         describe_listeners(self.config, (self.listen_host, self.server.port),
                            (self.advertised_host, self.advertised_port))
         load_dynamic_configs(self.data_dir, self.config)
@@ -93,12 +107,16 @@ class Broker:
             for name, spec in internal_topic_specs(self.config).items()
         }
         self.partitions.load({name: configs for name, (_, configs) in internal.items()})
-        for name, (count, configs) in internal.items():
-            self.partitions.ensure_internal_topic(name, count, configs)
-        self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
+        if self.member is None:
+            for name, (count, configs) in internal.items():
+                self.partitions.ensure_internal_topic(name, count, configs)
+            self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
+        else:  # the controller creates the internal topics; the store hands out ids
+            self.producer_ids = self.member.producer_ids
         store = InternalTopicStore(self.partitions, OFFSETS_TOPIC, self.clock)
         self.groups = GroupCoordinator(self.config, store, self.clock)
-        self.groups.load()
+        if self.member is None:
+            self.groups.load()
         self.transactions = TransactionCoordinator(
             self.config,
             InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
@@ -106,7 +124,8 @@ class Broker:
             LocalMarkerWriter(self.partitions, self.groups),
             self.clock,
         )
-        self.transactions.load()
+        if self.member is None:
+            self.transactions.load()
         node = NodeIdentity(
             self.node_id, self.cluster_id, self.advertised_host, self.advertised_port
         )
@@ -118,11 +137,30 @@ class Broker:
             groups=self.groups,
             transactions=self.transactions,
             producer_ids=self.producer_ids,
-            cluster=LocalClusterView(
-                BrokerEndpoint(node.node_id, node.host, node.port), self.partitions
-            ),
+            cluster=self._cluster_view(node),
             cleaner=self.cleaner,
         )
+
+    def _cluster_view(self, node: NodeIdentity) -> ClusterView:
+        if self.member is None:
+            return LocalClusterView(BrokerEndpoint(node.node_id, node.host, node.port),
+                                    self.partitions)
+        return self.member.view
+
+    async def _load_coordinators(self) -> None:
+        """Cluster mode: load the group and transaction coordinators once the internal
+        topics exist. Until the coordinator move (a later part of issue 14) they run on every
+        broker holding all internal partitions, over its local replicas; FindCoordinator
+        sends clients to the partition's leader only, and the others answer NOT_COORDINATOR.
+        """
+        assert self.member is not None
+        if not await self.member.wait_internal_topics():
+            log.warning("this broker does not hold every internal partition: its group and "
+                        "transaction coordinators stay unloaded")
+            return
+        self.groups.load()
+        self.transactions.load()
+        log.info("coordinators loaded from the local replicas of the internal topics")
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -136,9 +174,15 @@ class Broker:
         console = await self._bind_console()
         self._lock.acquire()
         try:
+            if self.member is not None:
+                self.cluster_id = await self.member.connect(self.data_dir)
             self._start_storage()
+            if self.member is not None:
+                await self.member.join(self.advertised_host, self.advertised_port)
             await self._serve(on_ready, metrics_server, console)
         finally:
+            if self.member is not None:
+                await self.member.close()
             self._lock.release()
 
     async def _bind_console(self) -> tuple[asyncio.Server, Console] | None:
@@ -170,6 +214,9 @@ class Broker:
         await self.server.start(self.services)
         try:
             async with asyncio.TaskGroup() as tasks:
+                if self.member is not None:
+                    self.member.start(tasks)
+                    tasks.create_task(self._load_coordinators(), name="coordinator-loading")
                 tasks.create_task(self.groups.run(), name="group-coordinator")
                 tasks.create_task(self.transactions.run(), name="transaction-coordinator")
                 tasks.create_task(
@@ -203,6 +250,8 @@ class Broker:
                          self.node_id, self.listen_host, self.server.port,
                          self.advertised_host, self.advertised_port, self.cluster_id)
                 await self._stop.wait()
+                if self.member is not None:
+                    await self.member.controlled_shutdown()
                 log.info("stopping: draining in-flight requests")
                 self.groups.close()
                 await self.server.stop()

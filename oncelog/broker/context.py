@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from oncelog.clock import Clock
     from oncelog.config import BrokerConfig
     from oncelog.coordinator.group.coordinator import GroupCoordinator
-    from oncelog.coordinator.producer_ids import ProducerIdManager
+    from oncelog.coordinator.producer_ids import ProducerIdSource
     from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
 
 
@@ -49,7 +49,7 @@ class BrokerContext:
     partitions: PartitionRegistry
     groups: GroupCoordinator
     transactions: TransactionCoordinator
-    producer_ids: ProducerIdManager
+    producer_ids: ProducerIdSource
     cluster: ClusterView
     # The leader's side of replication (cluster mode); None on a single node.
     replication: ReplicaManager | None = None

@@ -70,11 +70,13 @@ class MetaProperties:
     node_id: int
 
 
-def load_meta(directory: Path, node_id: int) -> MetaProperties:
-    """Read ``meta.properties`` (writing it on first use); DataDirError when damaged."""
+def load_meta(directory: Path, node_id: int, cluster_id: str | None = None) -> MetaProperties:
+    """Read ``meta.properties`` (writing it on first use); DataDirError when damaged. In
+    cluster mode ``cluster_id`` is the metadata store's: a directory of another cluster is
+    refused (Kafka's "Invalid cluster.id" at start-up)."""
     path = directory / META_FILE
     if not path.exists():
-        meta = MetaProperties(uuid.uuid4().hex[:22], node_id)
+        meta = MetaProperties(cluster_id or uuid.uuid4().hex[:22], node_id)
         has_data = any(p.is_dir() for p in directory.iterdir())
         if has_data:
             log.warning(
@@ -100,7 +102,7 @@ def load_meta(directory: Path, node_id: int) -> MetaProperties:
         if not sep:
             raise DataDirError(f"{path} is damaged (line {number}: {line[:60]!r}); {recover}")
         values[key.strip()] = value.strip()
-    cluster_id = values.get("cluster.id", "")
+    expected, cluster_id = cluster_id, values.get("cluster.id", "")
     stored_node = values.get("node.id", "")
     if not cluster_id or not stored_node.lstrip("-").isdigit():
         raise DataDirError(f"{path} is damaged (no cluster.id or node.id); {recover}")
@@ -109,5 +111,11 @@ def load_meta(directory: Path, node_id: int) -> MetaProperties:
             f"{path} says node.id={stored_node} but this broker is node.id={node_id}: the "
             f"directory belongs to another node; start with --node-id {stored_node} or use "
             "another --data-dir"
+        )
+    if expected is not None and cluster_id != expected:
+        raise DataDirError(
+            f"{path} says cluster.id={cluster_id} but the metadata store's cluster is "
+            f"{expected}: this data directory belongs to another cluster; use another "
+            "--data-dir (or another metadata.etcd.prefix for the other cluster)"
         )
     return MetaProperties(cluster_id, node_id)

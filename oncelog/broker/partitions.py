@@ -76,6 +76,12 @@ class PartitionRegistry:
         self.config = config
         self.clock = clock
         self.topics: dict[str, TopicInfo] = {}
+        # Cluster mode: ``topics`` lists every topic of the cluster but only this broker's
+        # replicas are opened (oncelog.broker.cluster.roles keeps both in step with the
+        # metadata image); load() opens the partition directories found on disk.
+        self.hosted_only = False
+        # Cluster mode: asks the cluster to create a topic (auto.create.topics.enable).
+        self.auto_creator: Callable[[str], None] | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         # Producer-state snapshots taken at segment rolls are written (fsync included) by
         # one worker thread, in order, instead of inside the append on the event loop.
@@ -112,9 +118,10 @@ class PartitionRegistry:
         for info in self.topics.values():
             log_config = LogConfig.resolve(self.config, info.configs)
             for index in range(info.partitions):
-                self._open_partition(
-                    info.name, index, log_config, locations.get((info.name, index))
-                )
+                location = locations.get((info.name, index))
+                if location is None and self.hosted_only:
+                    continue
+                self._open_partition(info.name, index, log_config, location)
         logs = [p.raw_log for p in self._partitions.values()]
         recovered = sum(getattr(u.log, "opened_how", "") == "recovered" for u in logs)
         replayed = sum(getattr(u, "replayed_batches", 0) for u in logs)
@@ -235,6 +242,45 @@ class PartitionRegistry:
         log.info("created topic %s with %d partitions %s", name, partitions, topic_configs)
         return info
 
+    # -- cluster mode: the metadata image decides (oncelog.broker.cluster.roles) ------
+    def put_topic(self, info: TopicInfo) -> None:
+        """Record a topic of the cluster (new, grown or reconfigured) in the catalog without
+        opening any partition; the configs apply at once to the replicas held here."""
+        old = self.topics.get(info.name)
+        self.topics[info.name] = info
+        self._write_catalog()
+        if old is not None and old.configs != info.configs:
+            self._apply(info.name, LogConfig.resolve(self.config, info.configs))
+
+    def open_replica(self, topic: str, index: int) -> Partition:
+        """This broker's replica of ``topic``-``index`` (a listed topic), opened (created
+        empty if it has no directory yet) if it is not already."""
+        partition = self._partitions.get((topic, index))
+        if partition is None:
+            partition = self._open_partition(topic, index, self.log_config(topic))
+            log.info("opened replica %s-%d in %s", topic, index, partition.log_dir)
+        return partition
+
+    def remove_replica(self, topic: str, index: int, *, delete: bool) -> Partition | None:
+        """Stop holding a replica: closed, and its directory removed if ``delete``."""
+        partition = self._partitions.pop((topic, index), None)
+        if partition is None:
+            return None
+        partition.wake_waiters()
+        with contextlib.suppress(OSError):  # an offline log: the rmtree below is the fallback
+            partition.raw_log.delete() if delete else partition.raw_log.close()
+        if delete:
+            shutil.rmtree(partition.log_dir / partition.name, ignore_errors=True)
+        log.info("%s replica %s", "deleted" if delete else "closed", partition.name)
+        return partition
+
+    def forget_topic(self, name: str) -> None:
+        """Drop a topic the cluster deleted from the catalog (its replicas are removed
+        first with ``remove_replica``)."""
+        if self.topics.pop(name, None) is not None:
+            self._write_catalog()
+            log.info("forgot deleted topic %s", name)
+
     def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         if name not in self.topics:
             self.create_topic(name, partitions, configs)
@@ -246,6 +292,12 @@ class PartitionRegistry:
             return info
         if not self.config["auto.create.topics.enable"]:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+        if self.hosted_only:  # cluster mode: the topic is created in the metadata store
+            validate_topic_name(name)
+            if self.auto_creator is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+            self.auto_creator(name)
+            raise KafkaError(ErrorCode.leader_not_available, f"topic {name!r} is being created")
         return self.create_topic(name, -1)
 
     def delete_topic(self, name: str) -> None:

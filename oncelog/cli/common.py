@@ -180,3 +180,8 @@ def print_table(
     for row in [list(headers), *cells]:
         print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip(),
               file=stream)
+
+
+def node_ids(nodes: tuple[int, ...]) -> str:
+    """Node ids as kafka-topics.sh prints them: comma-separated ("-" for none)."""
+    return ",".join(map(str, nodes)) or "-"

@@ -96,8 +96,10 @@ def _tools() -> dict[str, ModuleType]:
     """The talk-to-a-broker commands by name, and the module that adds and runs each
     (imported only when the command line is built, so `serve` starts without them)."""
     from oncelog.cli import (
+        cluster,
         configs,
         console,
+        devcluster,
         dumplog,
         groups,
         metrics,
@@ -108,7 +110,8 @@ def _tools() -> dict[str, ModuleType]:
         ui,
     )
 
-    return {"topics": topics, "records": records, "configs": configs, "txn": txn,
+    return {"topics": topics, "cluster": cluster, "dev-cluster": devcluster,
+            "records": records, "configs": configs, "txn": txn,
             "metrics": metrics, "produce": console, "offsets": offsets, "groups": groups,
             "dump-log": dumplog, "ui": ui, "consume": console}
 
@@ -116,6 +119,7 @@ def _tools() -> dict[str, ModuleType]:
 def serve(args: argparse.Namespace) -> int:
     from oncelog.broker.broker import Broker
     from oncelog.broker.datadir import DataDirError
+    from oncelog.cluster.metadata import MetadataStoreError
 
     logging.basicConfig(
         level=args.log_level,
@@ -160,7 +164,7 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main())
-    except DataDirError as exc:
+    except (DataDirError, MetadataStoreError) as exc:
         print(f"oncelog: cannot serve: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

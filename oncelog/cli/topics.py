@@ -7,6 +7,7 @@ import argparse
 from oncelog.cli.common import (
     CommandError,
     connection_options,
+    node_ids,
     open_admin,
     print_table,
     run_command,
@@ -110,9 +111,10 @@ def cmd_describe(args: argparse.Namespace) -> int:
                 raise CommandError(f"{exc.message}") from None
             raise
     rows = [
-        (name, index, leader, "true" if d.internal else "false")
+        (name, index, leader, node_ids(d.replicas.get(index, ())), node_ids(d.isr.get(index, ())),
+         "true" if d.internal else "false")
         for name, d in sorted(described.items())
         for index, leader in d.leaders.items()
     ]
-    print_table(("Topic", "Partition", "Leader", "Internal"), rows)
+    print_table(("Topic", "Partition", "Leader", "Replicas", "Isr", "Internal"), rows)
     return 0

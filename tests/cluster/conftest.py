@@ -1,4 +1,5 @@
-"""Fixtures for cluster tests: ``network``, a fresh ``Network`` (tests/support/netns.py).
+"""Fixtures for cluster tests: ``network``, a fresh ``Network`` (tests/support/netns.py);
+``cluster`` / ``cluster_factory``, etcd plus N brokers (tests/support/cluster.py).
 
 Fails (never skips) with ``NetnsUnavailable`` when the run is not root or has no ``ip``.
 Everything it made (namespaces, veth pairs, processes) is removed at teardown, whatever the
@@ -7,10 +8,14 @@ test did.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import pytest
 
+from tests.support.broker import ConfigValue
+from tests.support.cluster import ClusterProcess
+from tests.support.etcd import EtcdProcess
 from tests.support.netns import Network
 
 
@@ -18,3 +23,38 @@ from tests.support.netns import Network
 def network() -> Iterator[Network]:
     with Network() as net:
         yield net
+
+
+ClusterFactory = Callable[..., ClusterProcess]
+
+
+@pytest.fixture
+def cluster_factory(
+    request: pytest.FixtureRequest, tmp_path: Path, etcd: EtcdProcess
+) -> Iterator[ClusterFactory]:
+    """``cluster_factory(brokers=3, configs={...})``: a started ClusterProcess on the
+    module's etcd (its own key prefix); all killed at teardown, logs printed on failure."""
+    made: list[ClusterProcess] = []
+
+    def make(brokers: int = 3, configs: Mapping[str, ConfigValue] | None = None
+             ) -> ClusterProcess:
+        cluster = ClusterProcess(tmp_path / f"cluster-{len(made)}", brokers=brokers,
+                                 configs=configs, etcd=etcd)
+        made.append(cluster)
+        return cluster.start()
+
+    failed_before = request.session.testsfailed
+    try:
+        yield make
+    finally:
+        failed = request.session.testsfailed > failed_before
+        for cluster in made:
+            if failed:
+                print(cluster.logs())
+            cluster.close()
+
+
+@pytest.fixture
+def cluster(cluster_factory: ClusterFactory) -> ClusterProcess:
+    """Three brokers and etcd, with short session timeouts."""
+    return cluster_factory()

@@ -40,9 +40,10 @@ def test_create_list_describe_delete(shared_broker: BrokerProcess) -> None:
     assert "__consumer_offsets" in topics_cli(shared_broker, "list", "--internal").stdout
 
     described = topics_cli(shared_broker, "describe", topic).stdout.splitlines()
-    assert described[0].split() == ["Topic", "Partition", "Leader", "Internal"]
+    assert described[0].split() == ["Topic", "Partition", "Leader", "Replicas", "Isr",
+                                    "Internal"]
     assert [line.split()[1] for line in described[1:]] == ["0", "1", "2"]
-    assert all(line.split()[2] == "1" for line in described[1:])
+    assert all(line.split()[2:5] == ["1", "1", "1"] for line in described[1:])
 
     missing = unique_topic("missing")
     unknown = topics_cli(shared_broker, "describe", missing)

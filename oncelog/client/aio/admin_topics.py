@@ -190,7 +190,8 @@ class TopicsAdmin(AdminBase):
                 raise UnknownTopicOrPartitionError(f"topic {name} does not exist")
             if info.error != ErrorCode.none:
                 raise error_for(info.error, f"topic {name}")
-            out[name] = TopicDescription(name, info.internal, dict(sorted(info.leaders.items())))
+            out[name] = TopicDescription(name, info.internal, dict(sorted(info.leaders.items())),
+                                         dict(info.replicas), dict(info.isr))
         return out
 
     async def create_partitions(

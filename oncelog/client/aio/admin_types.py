@@ -53,6 +53,8 @@ class TopicDescription:
     name: str
     internal: bool
     leaders: Mapping[int, int]  # partition -> leader node id (-1: none)
+    replicas: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # partition -> ids
+    isr: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # partition -> in sync
 
     @property
     def num_partitions(self) -> int:

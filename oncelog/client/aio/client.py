@@ -51,6 +51,8 @@ class TopicInfo:
     error: ErrorCode
     leaders: dict[int, int] = field(default_factory=dict)  # partition -> leader node (-1: none)
     internal: bool = False
+    replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)  # partition -> replicas
+    isr: dict[int, tuple[int, ...]] = field(default_factory=dict)  # partition -> in-sync ones
 
     @property
     def num_partitions(self) -> int:
@@ -241,7 +243,10 @@ class KafkaClient:
                     topic.name, ErrorCode(topic.error_code), internal=bool(topic.is_internal)
                 )
                 for part in topic.partitions:
-                    info.leaders[int(part.partition_index)] = int(part.leader_id)
+                    index = int(part.partition_index)
+                    info.leaders[index] = int(part.leader_id)
+                    info.replicas[index] = tuple(int(r) for r in part.replica_nodes)
+                    info.isr[index] = tuple(int(r) for r in part.isr_nodes)
                 meta.topics[topic.name] = info
             meta.updated_ms = _now() * 1000
             # Connections to brokers that left the cluster are closed.

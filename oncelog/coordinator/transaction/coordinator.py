@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.codec import partition_for as group_partition_for
-from oncelog.coordinator.producer_ids import ProducerIdManager
+from oncelog.coordinator.producer_ids import ProducerIdSource
 from oncelog.coordinator.transaction.decisions import decide_end, decide_init
 from oncelog.coordinator.transaction.marker_channel import (
     MarkerWriter,
@@ -77,7 +77,7 @@ class TransactionCoordinator:
         self,
         config: BrokerConfig,
         store: TxnLogStore,
-        producer_ids: ProducerIdManager,
+        producer_ids: ProducerIdSource,
         markers: MarkerWriter,
         clock: Clock,
         *,

@@ -1,0 +1,163 @@
+"""``ClusterMember``: one broker's part in a cluster (``metadata.etcd.endpoints`` set).
+
+It owns the broker's connection to the metadata store and everything that follows from it:
+the cluster id (meta.properties must agree), the registration (lease), the MetadataCache,
+the replicas' roles (``ReplicaRoles``), the controller shell campaigning, cluster producer
+ids, the handlers' ``EtcdClusterView``, and controlled shutdown. ``Broker`` calls, in order:
+``connect()`` → (the registry loads the partition directories found on disk) →
+``join()`` → ``run(tasks)`` inside its TaskGroup → on SIGTERM ``controlled_shutdown()`` →
+``close()``.
+
+Controlled shutdown (``controlled.shutdown.enable``, Kafka's default true): the broker
+rewrites its registration with ``shutting_down`` (as a KRaft broker's heartbeat asks
+``wantShutDown``); the controller moves every leadership it holds to another ISR member;
+the broker waits until the image shows it leads nothing (each attempt bounded by
+``controlled.shutdown.retry.backoff.ms``, at most ``controlled.shutdown.max.retries``
+attempts, Kafka's ZooKeeper-era names and defaults), then stops. A partition with no other
+ISR member keeps it as leader until the lease goes (as in Kafka). kill -9 leaves the move to
+the session timeout (``broker.session.timeout.ms``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+
+from oncelog.broker.cluster.controller import Controller, ControllerSettings
+from oncelog.broker.cluster.metadata_cache import MetadataCache
+from oncelog.broker.cluster.producer_ids import ClusterProducerIdManager
+from oncelog.broker.cluster.roles import ReplicaRoles, ReplicationHooks
+from oncelog.broker.cluster.view import EtcdClusterView, StoreTopicAdmin
+from oncelog.broker.datadir import load_meta
+from oncelog.broker.partitions import PartitionRegistry
+from oncelog.cluster.metadata import BrokerRegistration, MetadataImage, MetadataStoreError
+from oncelog.cluster.metadata_store import EtcdMetadataStore
+from oncelog.config import BrokerConfig
+from oncelog.errors import KafkaError
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+
+__all__ = ["ClusterMember", "cluster_mode"]
+
+log = logging.getLogger(__name__)
+
+
+def cluster_mode(config: BrokerConfig) -> bool:
+    """Whether the broker runs in a cluster (``metadata.etcd.endpoints`` set)."""
+    return bool(config["metadata.etcd.endpoints"])
+
+
+class ClusterMember:
+    """The cluster side of one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        registry: PartitionRegistry,
+        hooks: ReplicationHooks | None = None,
+    ) -> None:
+        self.config = config
+        self.node_id = int(config["node.id"])
+        self.registry = registry
+        self.store = EtcdMetadataStore.from_config(config)
+        self.cache = MetadataCache(self.store)
+        self.roles = ReplicaRoles(self.node_id, registry, hooks)
+        self.controller = Controller(self.store, self.node_id,
+                                     ControllerSettings.from_config(config))
+        self.producer_ids = ClusterProducerIdManager(self.store)
+        self.view = EtcdClusterView(self.node_id, self.cache,
+                                    StoreTopicAdmin(self.store, self.cache, config), config)
+        self.registration: BrokerRegistration | None = None
+        self._tasks: asyncio.TaskGroup | None = None
+        self._creating: set[str] = set()
+
+    async def connect(self, data_dir: Path) -> str:
+        """The cluster id from the store, checked against (or written to) meta.properties."""
+        cluster_id = await self.store.cluster_id()
+        load_meta(data_dir, self.node_id, cluster_id)
+        self.registry.hosted_only = True
+        log.info("broker %d joins cluster %s through %r", self.node_id, cluster_id,
+                 self.store)
+        return cluster_id
+
+    async def join(self, host: str, port: int) -> None:
+        """Register (BrokerIdInUse if a live broker has this id), load the image and apply
+        this broker's roles from it."""
+        registration = BrokerRegistration(self.node_id, host, port)
+        epoch = await self.store.register_broker(registration)
+        self.registration = dataclasses.replace(registration, epoch=epoch)
+        log.info("broker %d registered at %s:%d, broker epoch %d", self.node_id, host, port,
+                 epoch)
+        image = await self.cache.load()
+        self.roles.reconcile(image)
+        self.cache.subscribe(self.roles.on_metadata)
+
+    def start(self, tasks: asyncio.TaskGroup) -> None:
+        """The cluster's background work, in the broker's TaskGroup."""
+        self._tasks = tasks
+        self.registry.auto_creator = self._auto_create
+        tasks.create_task(self.cache.follow(), name="metadata-cache")
+        tasks.create_task(self.controller.run(), name="controller")
+        tasks.create_task(self.producer_ids.run(), name="producer-id-blocks")
+
+    def _auto_create(self, name: str) -> None:
+        """auto.create.topics.enable: create ``name`` with the broker defaults, once."""
+        if self._tasks is None or name in self._creating:
+            return
+        self._creating.add(name)
+        self._tasks.create_task(self._create(name), name=f"auto-create-{name}")
+
+    async def _create(self, name: str) -> None:
+        try:
+            await self.view.admin.create_topic(name, -1, {}, replication_factor=-1,
+                                               assignments=None, validate_only=False)
+        except KafkaError as exc:
+            log.info("auto-creation of topic %s: %s", name, exc)
+        except (MetadataStoreError, TimeoutError) as exc:
+            log.warning("auto-creation of topic %s failed: %s", name, exc)
+        finally:
+            self._creating.discard(name)
+
+    async def wait_internal_topics(self) -> bool:
+        """Until both internal topics exist (the controller creates them once enough brokers
+        are registered); whether this broker holds a replica of every partition of them."""
+        names = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+
+        def ready(image: MetadataImage) -> bool:
+            return all(name in image.topics for name in names)
+
+        image = await self.cache.wait_for(ready)
+        return all(
+            self.registry.find(name, index) is not None
+            for name in names
+            for index in range(image.topics[name].partition_count)
+        )
+
+    async def controlled_shutdown(self) -> bool:
+        """Ask the controller to move this broker's leaderships away and wait until they
+        are gone (bounded); True if it leads nothing any more."""
+        if not self.config["controlled.shutdown.enable"] or self.registration is None:
+            return False
+        retries = int(self.config["controlled.shutdown.max.retries"])
+        backoff_s = int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000
+        self.registration = dataclasses.replace(self.registration, shutting_down=True)
+        await self.store.update_registration(self.registration)
+        log.info("controlled shutdown: asked to move the leadership of %d partitions away",
+                 len(self.roles.led()))
+        for attempt in range(1, retries + 1):
+            try:
+                await self.cache.wait_for(lambda _: not self.roles.led(), backoff_s)
+            except TimeoutError:
+                log.info("controlled shutdown attempt %d/%d: still leading %s", attempt,
+                         retries, [f"{t}-{p}" for t, p in self.roles.led()])
+                continue
+            log.info("controlled shutdown: this broker leads no partition")
+            return True
+        log.warning("controlled shutdown incomplete after %d attempts: still leading %s",
+                    retries, [f"{t}-{p}" for t, p in self.roles.led()])
+        return False
+
+    async def close(self) -> None:
+        """Revoke the lease (registration and controller role go at once)."""
+        await self.store.close()

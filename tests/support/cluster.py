@@ -1,0 +1,205 @@
+"""``ClusterProcess``: etcd plus N ``oncelog serve`` brokers on loopback, for cluster tests.
+
+    with ClusterProcess(tmp_path, brokers=3) as cluster:   # waits for every ready line
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        cluster.kill(2)                  # kill -9 broker 2
+        cluster.wait_until(lambda m: 2 not in m.brokers, "broker 2 gone")
+        cluster.restart(2)               # same port, same data directory
+
+Brokers are node ids 1..N, each with its own data directory under ``base_dir`` and a short
+session (``broker.session.timeout.ms`` 2000 unless the test says otherwise), so a killed
+broker is noticed in seconds. ``start()`` returns once every broker printed its ready line
+and every broker's Metadata shows all N brokers and a controller. Conditions are waited for
+with a deadline, by polling Metadata (never by sleeping for a guessed time). On failure,
+``logs()`` is what the fixture prints.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from kio.schema.metadata.v12 import request as md
+
+from tests.support.broker import BrokerProcess, ConfigValue
+from tests.support.etcd import EtcdProcess, start_etcd, unique_prefix
+from tests.support.rawkafka import request_once
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MetadataView:
+    """One broker's Metadata (v12, every topic) reduced to what cluster tests compare."""
+
+    brokers: frozenset[int]
+    controller_id: int
+    topics: dict[str, dict[int, PartitionView]]
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        return {i: p.leader for i, p in self.topics.get(topic, {}).items()}
+
+
+def raw_metadata(bootstrap: str) -> MetadataView:
+    """Metadata as the broker at ``bootstrap`` itself answers it (no client in between)."""
+    response = request_once(bootstrap, md.MetadataRequest(
+        topics=None, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False))
+    return MetadataView(
+        brokers=frozenset(int(b.node_id) for b in response.brokers),
+        controller_id=int(response.controller_id),
+        topics={
+            str(t.name): {
+                int(p.partition_index): PartitionView(
+                    int(p.leader_id), int(p.leader_epoch),
+                    tuple(int(r) for r in p.replica_nodes), tuple(int(r) for r in p.isr_nodes))
+                for p in t.partitions
+            }
+            for t in response.topics
+        },
+    )
+
+# Short timeouts so faults are noticed within a test's time budget.
+CLUSTER_TEST_CONFIGS: dict[str, ConfigValue] = {
+    "broker.session.timeout.ms": 2000,
+    "broker.heartbeat.interval.ms": 500,
+    "controlled.shutdown.retry.backoff.ms": 5000,
+    "auto.leader.rebalance.enable": False,
+}
+
+
+class ClusterProcess:
+    """An etcd (its own, or a shared one under a fresh key prefix) and N brokers."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        brokers: int = 3,
+        configs: Mapping[str, ConfigValue] | None = None,
+        etcd: EtcdProcess | None = None,
+    ) -> None:
+        self.base_dir = Path(base_dir)
+        self._own_etcd = etcd is None
+        self.etcd = etcd
+        self.prefix = unique_prefix()
+        self.configs = {**CLUSTER_TEST_CONFIGS, **(configs or {})}
+        self.count = brokers
+        self.brokers: dict[int, BrokerProcess] = {}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> Self:
+        if self.etcd is None:
+            self.etcd = start_etcd(self.base_dir / "etcd")
+        for node_id in range(1, self.count + 1):
+            self.brokers[node_id] = BrokerProcess(
+                self.base_dir / f"broker-{node_id}",
+                node_id=node_id,
+                configs={
+                    **self.configs,
+                    "metadata.etcd.endpoints": self.etcd.endpoint,
+                    "metadata.etcd.prefix": self.prefix,
+                },
+            ).start()
+        self.wait_until(
+            lambda m: len(m.brokers) == self.count and m.controller_id > 0
+            and {"__consumer_offsets", "__transaction_state"} <= set(m.topics),
+            f"{self.count} brokers and a controller", timeout=timeout,
+        )
+        return self
+
+    def close(self) -> None:
+        for broker in self.brokers.values():
+            broker.kill()
+        if self._own_etcd and self.etcd is not None:
+            self.etcd.kill()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- per broker ---------------------------------------------------------------------------
+    @property
+    def running(self) -> list[int]:
+        return [n for n, b in self.brokers.items() if b.is_running]
+
+    @property
+    def bootstrap(self) -> str:
+        """The running brokers' addresses, for ``bootstrap.servers``."""
+        return ",".join(self.brokers[n].bootstrap for n in self.running)
+
+    def kill(self, node_id: int) -> None:
+        """kill -9: the broker's lease lapses after the session timeout."""
+        self.brokers[node_id].kill()
+
+    def stop(self, node_id: int) -> int:
+        """SIGTERM (a controlled shutdown); the exit code."""
+        return self.brokers[node_id].stop()
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP: the broker stops renewing its lease without exiting."""
+        self.brokers[node_id]._signal(signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self.brokers[node_id]._signal(signal.SIGCONT)
+
+    def restart(self, node_id: int) -> BrokerProcess:
+        """Start a stopped or killed broker again, same port and data directory."""
+        broker = self.brokers[node_id]
+        if broker.is_running:
+            broker.kill()
+        return broker.start()
+
+    # -- observing ----------------------------------------------------------------------------
+    def metadata(self, node_id: int | None = None) -> MetadataView:
+        """Metadata as ``node_id`` (default: the first running broker) answers it."""
+        node = node_id if node_id is not None else self.running[0]
+        return raw_metadata(self.brokers[node].bootstrap)
+
+    def wait_until(
+        self,
+        predicate: Callable[[MetadataView], bool],
+        what: str,
+        *,
+        timeout: float = 30.0,
+        node_id: int | None = None,
+    ) -> MetadataView:
+        """Poll Metadata (of ``node_id``, else of every running broker: all must agree)
+        until ``predicate`` holds; AssertionError (with the logs) after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                nodes = [node_id] if node_id is not None else self.running
+                views = [self.metadata(n) for n in nodes]
+                last = views[0]
+                if all(predicate(v) for v in views):
+                    return last
+            except Exception as exc:  # a broker going away while asked
+                last = exc
+            time.sleep(0.2)  # polling interval, not synchronisation
+        raise AssertionError(f"cluster: no {what} within {timeout:.0f}s (last: {last!r})\n"
+                             f"{self.logs()}")
+
+    def logs(self, lines: int = 80) -> str:
+        parts = []
+        for node_id, broker in self.brokers.items():
+            parts.append(f"--- broker {node_id} ({broker.log_path}) ---\n"
+                         f"{broker.log_tail(lines)}")
+        if self.etcd is not None:
+            parts.append(f"--- etcd ---\n{self.etcd.log_tail(20)}")
+        return "\n".join(parts)
