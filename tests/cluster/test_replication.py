@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster.conftest import ClusterFactory
 from tests.support.cluster import ClusterProcess, MetadataView
 
 pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., ClusterProcess]
 
 CONFIGS = {
     "replica.lag.time.max.ms": 2000,
