@@ -90,12 +90,14 @@ def read_all(bootstrap: str, topic: str, partitions: int, *,
             message = consumer.poll(30)
             assert message is not None, "no answer from the consumer within 30 s"
             error = message.error()
+            partition, value = message.partition(), message.value()
+            assert partition is not None
             if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
+                at_end.add(partition)
                 continue
-            assert error is None, error
-            at_end.discard(message.partition())
-            values.append(message.value())
+            assert error is None and value is not None, error
+            at_end.discard(partition)
+            values.append(value)
     finally:
         consumer.close()
     return values
