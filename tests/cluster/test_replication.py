@@ -19,7 +19,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.find_coordinator.v4 import request as fc
 from kio.static.primitive import i8
 
+from oncelog.client import Producer as OncelogProducer
 from tests.support.cluster import ClusterProcess, MetadataView
+from tests.support.kafka import JavaClient
 from tests.support.rawkafka import request_once
 
 pytestmark = pytest.mark.integration
@@ -274,3 +276,24 @@ def test_read_committed_on_a_new_leader_sees_only_committed_transactions(
     uncommitted = read_all(cluster.bootstrap, topic, 2)
     assert len(uncommitted) == 50 and set(expected) < set(uncommitted)
     assert {p.leader for p in view.topics[topic].values()} <= set(others)
+
+
+def test_oncelog_client_and_java_client_produce_with_acks_all(
+    cluster: ClusterProcess, tmp_path: Path
+) -> None:
+    topic = create_topic(cluster, 3)
+    with OncelogProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all"}) as producer:
+        futures = [producer.send(topic, f"oncelog-{i}".encode()) for i in range(300)]
+        assert producer.flush(30) == 0
+        assert all(f.result().offset >= 0 for f in futures)
+    config = tmp_path / "producer.properties"
+    config.write_text("enable.idempotence=true\nacks=all\nretries=50\n")
+    java = JavaClient("org.apache.kafka.tools.VerifiableProducer", "--topic", topic,
+                      "--max-messages", "300", "--bootstrap-server", cluster.bootstrap,
+                      "--command-config", str(config), log_path=tmp_path / "java.log")
+    assert java.wait(120) == 0, java.log_tail()
+    acked = [line for line in java.snapshot() if line.get("name") == "producer_send_success"]
+    assert len(acked) == 300, java.log_tail()
+    values = read_all(cluster.bootstrap, topic, 3)
+    assert sorted(values) == sorted([f"oncelog-{i}".encode() for i in range(300)]
+                                    + [str(line["value"]).encode() for line in acked])
