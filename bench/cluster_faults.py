@@ -10,6 +10,7 @@ counted: acknowledged, lost (acknowledged, not in the log), duplicated (in the l
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import tempfile
@@ -19,13 +20,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.cluster.test_replication import (  # noqa: E402
+from tests.support.cluster import ClusterProcess, MetadataView  # noqa: E402
+from tests.support.replicated import (  # noqa: E402
     NumberedStream,
     create_topic,
     leader_of,
     read_all,
 )
-from tests.support.cluster import ClusterProcess  # noqa: E402
 
 CONFIGS = {
     "replica.lag.time.max.ms": 2000,
@@ -34,6 +35,10 @@ CONFIGS = {
     "transaction.state.log.num.partitions": 2,
 }
 PARTITIONS = 3
+
+
+def _without(node_id: int, view: MetadataView) -> bool:
+    return node_id not in view.brokers
 
 
 def run(minutes: float, base: Path) -> dict[str, object]:
@@ -52,7 +57,7 @@ def run(minutes: float, base: Path) -> dict[str, object]:
             else:
                 cluster.pause(victim)
                 faults["leader_pauses"] += 1
-            cluster.wait_until(lambda m, v=victim: v not in m.brokers,
+            cluster.wait_until(functools.partial(_without, victim),
                                f"broker {victim} gone", timeout=60,
                                node_id=next(n for n in cluster.running if n != victim))
             stream.wait_acked(len(stream.acked) + 2000, timeout=120)
