@@ -93,15 +93,21 @@ def parse(text: str) -> list[Metric]:
     return metrics
 
 
-def cmd_metrics(args: argparse.Namespace) -> int:
+def fetch_text(url: str, timeout_ms: int) -> str:
+    """The Prometheus text a broker's metrics endpoint serves (CommandError when it
+    cannot be fetched)."""
     try:
-        with urllib.request.urlopen(args.url, timeout=args.timeout_ms / 1000) as response:
-            text = response.read().decode("utf-8")
+        with urllib.request.urlopen(url, timeout=timeout_ms / 1000) as response:
+            return str(response.read().decode("utf-8"))
     except urllib.error.HTTPError as exc:
-        raise CommandError(f"{args.url} answered {exc.code} {exc.reason}") from None
+        raise CommandError(f"{url} answered {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise CommandError(f"cannot fetch {args.url}: {reason}") from None
+        raise CommandError(f"cannot fetch {url}: {reason}") from None
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    text = fetch_text(args.url, args.timeout_ms)
     if args.raw:
         sys.stdout.write(text)
         return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 
 from oncelog.cli.common import (
     CommandError,
@@ -12,7 +13,8 @@ from oncelog.cli.common import (
     print_table,
     run_command,
 )
-from oncelog.client import NewTopic
+from oncelog.cli.metrics import fetch_text, parse
+from oncelog.client import Admin, ConfigResource, ConfigResourceType, NewTopic
 from oncelog.client.errors import KafkaClientError, TopicAlreadyExistsError
 from oncelog.errors import ErrorCode
 
@@ -43,8 +45,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--internal", action="store_true", help="include internal topics")
     p.set_defaults(handler=cmd_list)
 
-    p = commands.add_parser("describe", parents=[conn], help="partitions and leaders")
+    p = commands.add_parser("describe", parents=[conn],
+                            help="partitions, leaders and cleanup policy")
     p.add_argument("topic", nargs="*", help="topics (default: all but internal ones)")
+    p.add_argument("--metrics-url", default=None, metavar="URL",
+                   help="the broker's metrics endpoint (serve --metrics): adds the log "
+                        "cleaner's state of each compacted partition (dirty ratio, last "
+                        "clean), which the Kafka protocol does not carry")
     p.set_defaults(handler=cmd_describe)
 
 
@@ -110,11 +117,55 @@ def cmd_describe(args: argparse.Namespace) -> int:
             if exc.code is ErrorCode.unknown_topic_or_partition:
                 raise CommandError(f"{exc.message}") from None
             raise
-    rows = [
-        (name, index, leader, node_ids(d.replicas.get(index, ())), node_ids(d.isr.get(index, ())),
-         "true" if d.internal else "false")
-        for name, d in sorted(described.items())
-        for index, leader in d.leaders.items()
-    ]
-    print_table(("Topic", "Partition", "Leader", "Replicas", "Isr", "Internal"), rows)
+        policies = _cleanup_policies(admin, sorted(described))
+    header: tuple[str, ...] = ("Topic", "Partition", "Leader", "Replicas", "Isr", "Internal",
+                               "CleanupPolicy")
+    cleaner = None
+    if args.metrics_url is not None:
+        cleaner = _cleaner_state(fetch_text(args.metrics_url, args.timeout_ms))
+        header += ("DirtyRatio", "LastClean")
+    rows = []
+    for name, d in sorted(described.items()):
+        for index, leader in d.leaders.items():
+            row: tuple[object, ...] = (
+                name, index, leader, node_ids(d.replicas.get(index, ())),
+                node_ids(d.isr.get(index, ())), "true" if d.internal else "false",
+                policies.get(name, "-"),
+            )
+            if cleaner is not None:
+                row += cleaner.get((name, index), ("-", "-"))
+            rows.append(row)
+    print_table(header, rows)
     return 0
+
+
+def _cleanup_policies(admin: Admin, topics: list[str]) -> dict[str, str]:
+    """Each topic's ``cleanup.policy`` (DescribeConfigs)."""
+    if not topics:
+        return {}
+    resources = [ConfigResource(ConfigResourceType.TOPIC, name) for name in topics]
+    described = admin.describe_configs(resources)
+    out = {}
+    for resource, entries in described.items():
+        entry = entries.get("cleanup.policy")
+        if entry is not None and entry.value is not None:
+            out[resource.name] = entry.value
+    return out
+
+
+def _cleaner_state(text: str) -> dict[tuple[str, int], tuple[str, str]]:
+    """(topic, partition) -> (dirty ratio, last clean time) from the broker's
+    ``oncelog_partition_cleaner_*`` metrics; only compacted partitions have them."""
+    ratios: dict[tuple[str, int], str] = {}
+    last: dict[tuple[str, int], str] = {}
+    for m in parse(text):
+        if "topic" not in m.labels or "partition" not in m.labels:
+            continue
+        key = (m.labels["topic"], int(m.labels["partition"]))
+        if m.name == "oncelog_partition_cleaner_dirty_ratio":
+            ratios[key] = f"{float(m.value):.2f}"
+        elif m.name == "oncelog_partition_cleaner_last_clean_timestamp_ms":
+            ms = int(float(m.value))
+            last[key] = "never" if ms < 0 else datetime.datetime.fromtimestamp(
+                ms / 1000, datetime.UTC).isoformat(timespec="seconds")
+    return {key: (ratio, last.get(key, "never")) for key, ratio in ratios.items()}
