@@ -82,7 +82,8 @@ class Broker:
         self.transactions: TransactionCoordinator
         self.producer_ids: ProducerIdSource
         # Cluster mode (metadata.etcd.endpoints set); None: the single node.
-        self.member = ClusterMember(config, self.partitions) if cluster_mode(config) else None
+        self.member = (ClusterMember(config, self.partitions, clock=self.clock)
+                       if cluster_mode(config) else None)
         self.services: BrokerContext | None = None  # built once storage is loaded
         self.server = Server(config, self.listen_host, self.listen_port)
         self._lock = DataDirLock(data_dir)
@@ -143,6 +144,7 @@ class Broker:
             transactions=self.transactions,
             producer_ids=self.producer_ids,
             cluster=self._cluster_view(node),
+            replication=None if self.member is None else self.member.replication.manager,
         )
 
     def _cluster_view(self, node: NodeIdentity) -> ClusterView:
@@ -208,7 +210,8 @@ class Broker:
     def _scrape(self) -> str:
         if self.services is None:
             raise RuntimeError("metrics scraped before the broker loaded its storage")
-        return scraper(self.services)()
+        controller = None if self.member is None else self.member.controller.stats
+        return scraper(self.services, controller)()
 
     async def _serve(
         self,

@@ -125,7 +125,29 @@ def collect(services: BrokerContext) -> list[MetricFamily]:
     families = [live_total, live, hw, lso, lag, open_here]
     families += _transaction_families(services)
     families += _group_families(services)
+    families += _cluster_families(services)
     return families
+
+
+def _cluster_families(services: BrokerContext) -> list[MetricFamily]:
+    """Cluster mode: replication (Kafka's UnderReplicatedPartitions, IsrShrinksPerSec,
+    IsrExpandsPerSec); nothing on a single node."""
+    out: list[MetricFamily] = []
+    replication = services.replication
+    if replication is not None:
+        for name, kind, text, value in (
+            ("oncelog_under_replicated_partitions", "gauge",
+             "Partitions this broker leads whose ISR is smaller than their replicas.",
+             replication.under_replicated()),
+            ("oncelog_isr_shrinks_total", "counter",
+             "ISR shrinks this broker wrote as leader.", replication.stats.isr_shrinks),
+            ("oncelog_isr_expands_total", "counter",
+             "ISR expansions this broker wrote as leader.", replication.stats.isr_expands),
+        ):
+            family = MetricFamily(name, kind, text)
+            family.add(value)
+            out.append(family)
+    return out
 
 
 def _transaction_families(services: BrokerContext) -> list[MetricFamily]:
@@ -308,11 +330,15 @@ async def _handle(
     await answer_once(reader, writer, respond, what="metrics", timeout_s=_REQUEST_TIMEOUT_S)
 
 
-def scraper(services: BrokerContext) -> Callable[[], str]:
-    """What ``GET /metrics`` answers for ``services``: the rendered ``collect``."""
+def scraper(
+    services: BrokerContext, controller: ControllerStats | None = None
+) -> Callable[[], str]:
+    """What ``GET /metrics`` answers for ``services``: the rendered ``collect``, with the
+    controller shell's counters in cluster mode."""
 
     def scrape() -> str:
-        return render(collect(services))
+        extra = [] if controller is None else controller.families()
+        return render(collect(services) + extra)
 
     return scrape
 

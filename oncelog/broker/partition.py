@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -70,7 +71,8 @@ class Partition:
     ``offline`` says why the partition was taken offline, None while it is healthy.
     """
 
-    __slots__ = ("_waiters", "index", "log", "log_dir", "offline", "raw_log", "topic")
+    __slots__ = ("_waiters", "append_listener", "index", "log", "log_dir", "offline", "raw_log",
+                 "topic")
 
     def __init__(
         self, topic: str, index: int, log: UnifiedLog, log_dir: Path | None = None
@@ -87,6 +89,9 @@ class Partition:
         self._waiters: dict[IsolationLevel | None, set[asyncio.Future[None]]] = {
             level: set() for level in [*IsolationLevel, None]
         }
+        # Replication (cluster mode, while this replica leads): told after every local
+        # append that is not a follower's, so the high watermark follows the ISR.
+        self.append_listener: Callable[[Partition], None] | None = None
 
     @property
     def name(self) -> str:
@@ -194,6 +199,8 @@ class Partition:
             buf, headers, origin=origin, log_append_time_ms=log_append_time_ms
         )
         self._maybe_wake(before)
+        if self.append_listener is not None and origin is not AppendOrigin.REPLICATION:
+            self.append_listener(self)
         return result
 
     def append_marker(
@@ -202,6 +209,8 @@ class Partition:
         before = self._offsets()
         offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
         self._maybe_wake(before)
+        if self.append_listener is not None:
+            self.append_listener(self)
         return offset
 
     def truncate_to(self, offset: int) -> None:

@@ -139,6 +139,10 @@ class PartitionRegistry:
             self.clock,
             producer_id_expiration_ms=int(self.config["producer.id.expiration.ms"]),
             snapshot_writer=self._write_snapshot,
+            # Cluster mode: replication moves the high watermark (what the ISR holds) and
+            # the replica's role (leader or follower, at which epoch) comes from the metadata.
+            auto_high_watermark=not self.hosted_only,
+            leader_epoch=None if self.hosted_only else 0,
         )
 
     def _open_partition(

@@ -28,10 +28,12 @@ from pathlib import Path
 from oncelog.broker.cluster.controller import Controller, ControllerSettings
 from oncelog.broker.cluster.metadata_cache import MetadataCache
 from oncelog.broker.cluster.producer_ids import ClusterProducerIdManager
+from oncelog.broker.cluster.replication import ClusterReplication
 from oncelog.broker.cluster.roles import ReplicaRoles, ReplicationHooks
 from oncelog.broker.cluster.view import EtcdClusterView, StoreTopicAdmin
 from oncelog.broker.datadir import load_meta
 from oncelog.broker.partitions import PartitionRegistry
+from oncelog.clock import Clock, SystemClock
 from oncelog.cluster.metadata import BrokerRegistration, MetadataImage, MetadataStoreError
 from oncelog.cluster.metadata_store import EtcdMetadataStore
 from oncelog.config import BrokerConfig
@@ -56,13 +58,16 @@ class ClusterMember:
         config: BrokerConfig,
         registry: PartitionRegistry,
         hooks: ReplicationHooks | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
         self.node_id = int(config["node.id"])
         self.registry = registry
         self.store = EtcdMetadataStore.from_config(config)
         self.cache = MetadataCache(self.store)
-        self.roles = ReplicaRoles(self.node_id, registry, hooks)
+        self.replication = ClusterReplication(config, local_id=self.node_id,
+                                              clock=clock or SystemClock(), store=self.store)
+        self.roles = ReplicaRoles(self.node_id, registry, hooks or self.replication)
         self.controller = Controller(self.store, self.node_id,
                                      ControllerSettings.from_config(config))
         self.producer_ids = ClusterProducerIdManager(self.store)
@@ -90,8 +95,10 @@ class ClusterMember:
         log.info("broker %d registered at %s:%d, broker epoch %d", self.node_id, host, port,
                  epoch)
         image = await self.cache.load()
+        self.replication.load(image)
         self.roles.reconcile(image)
         self.cache.subscribe(self.roles.on_metadata)
+        self.cache.subscribe(self.replication.on_metadata)
 
     def start(self, tasks: asyncio.TaskGroup) -> None:
         """The cluster's background work, in the broker's TaskGroup."""
@@ -100,6 +107,7 @@ class ClusterMember:
         tasks.create_task(self.cache.follow(), name="metadata-cache")
         tasks.create_task(self.controller.run(), name="controller")
         tasks.create_task(self.producer_ids.run(), name="producer-id-blocks")
+        self.replication.start(tasks)
 
     def _auto_create(self, name: str) -> None:
         """auto.create.topics.enable: create ``name`` with the broker defaults, once."""

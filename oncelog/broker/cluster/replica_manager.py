@@ -120,6 +120,10 @@ class ReplicaManager:
             if led.tracker.on_brokers(brokers, self._clock.monotonic_ms()):
                 self._push_high_watermark(led)
 
+    def under_replicated(self) -> int:
+        """Partitions this broker leads whose ISR is smaller than their replica set."""
+        return sum(led.tracker.is_under_replicated() for led in self._led.values())
+
     def tracker(self, topic: str, index: int) -> LeaderReplicas | None:
         led = self._led.get((topic, index))
         return None if led is None else led.tracker

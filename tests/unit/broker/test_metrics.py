@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from oncelog.broker import metrics
+from oncelog.broker.cluster.replica_manager import ReplicationStats
+from oncelog.broker.metrics import ControllerStats
 from oncelog.cli.metrics import parse
 from oncelog.clock import FakeClock
 from oncelog.coordinator.group.results import CoordinatorStatistics
@@ -92,12 +94,30 @@ def fake_broker(txns: list[DescribedTransaction], *, loaded: bool = True) -> Any
         transactions=FakeTransactions(txns, loaded),
         groups=SimpleNamespace(statistics=lambda: groups),
         clock=FakeClock(NOW),
+        replication=None,
     )
 
 
 def scrape(broker: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], str]:
     text = metrics.render(metrics.collect(broker))
     return {(m.name, tuple(sorted(m.labels.items()))): m.value for m in parse(text)}
+
+
+def test_cluster_metrics_only_in_cluster_mode() -> None:
+    single = scrape(fake_broker([]))
+    assert not [k for k in single if "isr" in k[0] or "controller" in k[0]
+                or "under_replicated" in k[0]]
+    broker = fake_broker([])
+    broker.replication = SimpleNamespace(
+        under_replicated=lambda: 2, stats=ReplicationStats(isr_shrinks=3, isr_expands=1))
+    controller = ControllerStats(active=True, leader_elections=4)
+    text = metrics.scraper(broker, controller)()
+    got = {(m.name, tuple(sorted(m.labels.items()))): m.value for m in parse(text)}
+    assert got[("oncelog_under_replicated_partitions", ())] == "2"
+    assert got[("oncelog_isr_shrinks_total", ())] == "3"
+    assert got[("oncelog_isr_expands_total", ())] == "1"
+    assert got[("oncelog_controller_leader_elections_total", ())] == "4"
+    assert got[("oncelog_controller_active", ())] == "1"
 
 
 def test_collect_partitions_transactions_and_groups() -> None:
