@@ -4,20 +4,24 @@ against the new leader, which loaded the partition from its replica."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.coordinator.transaction import transaction_log_partition
 from oncelog.internal_topics import TRANSACTION_STATE_TOPIC
-from tests.cluster.conftest import ClusterFactory
-from tests.support.cluster import MetadataView
+from tests.support.cluster import ClusterProcess, MetadataView
 
 TOPIC = "payments"
 TXN_ID = "coordmove-1"
 TXN_PARTITIONS = 3
 
 
-def led(topic: str, partitions: int) -> object:
+ClusterFactory = Callable[..., ClusterProcess]
+
+
+def led(topic: str, partitions: int) -> Callable[[MetadataView], bool]:
     def check(m: MetadataView) -> bool:
         parts = m.topics.get(topic, {})
         return len(parts) == partitions and all(
@@ -49,8 +53,8 @@ def test_next_transaction_commits_on_the_new_coordinator(cluster_factory: Cluste
                                        "offsets.topic.num.partitions": 3})
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(timeout=30)
-    cluster.wait_until(led(TOPIC, 1), "the topic led")  # type: ignore[arg-type]
-    before = cluster.wait_until(led(TRANSACTION_STATE_TOPIC, TXN_PARTITIONS),  # type: ignore[arg-type]
+    cluster.wait_until(led(TOPIC, 1), "the topic led")
+    before = cluster.wait_until(led(TRANSACTION_STATE_TOPIC, TXN_PARTITIONS),
                                 "__transaction_state led")
     index = transaction_log_partition(TXN_ID, TXN_PARTITIONS)
     coordinator = before.topics[TRANSACTION_STATE_TOPIC][index].leader
