@@ -249,6 +249,16 @@ class LogConfig:
     segment_index_bytes: int = 10485760
     compression_type: str = "producer"
     min_insync_replicas: int = 1
+    # Compaction (cleanup.policy=compact; oncelog.storage.cleaner), Kafka's defaults.
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86_400_000
+
+    @property
+    def compact(self) -> bool:
+        """Whether ``cleanup.policy`` includes compact (alone or with delete)."""
+        return "compact" in self.cleanup_policy
 
     @classmethod
     def resolve(cls, broker: BrokerConfig, topic_overrides: Mapping[str, str]) -> LogConfig:
@@ -269,4 +279,8 @@ class LogConfig:
             segment_index_bytes=int(values["segment.index.bytes"]),
             compression_type=str(values["compression.type"]),
             min_insync_replicas=int(values["min.insync.replicas"]),
+            min_cleanable_dirty_ratio=float(values["min.cleanable.dirty.ratio"]),
+            min_compaction_lag_ms=int(values["min.compaction.lag.ms"]),
+            max_compaction_lag_ms=int(values["max.compaction.lag.ms"]),
+            delete_retention_ms=int(values["delete.retention.ms"]),
         )

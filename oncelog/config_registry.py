@@ -71,8 +71,7 @@ def _key(name: str, type_: ConfigType, default: Any, doc: str, **kwargs: Any) ->
 _TOPIC_KEYS = [
     _key("cleanup.policy", LS, "delete", "How old segments are discarded: delete (by "
          "retention.ms / retention.bytes), compact (keep the last record per key), or both.",
-         choices=CLEANUP_POLICIES, synonyms=("log.cleanup.policy",),
-         not_yet="compact is stored but " + COMPACTION + "; delete applies as usual"),
+         choices=CLEANUP_POLICIES, synonyms=("log.cleanup.policy",)),
     _key("compression.gzip.level", INT, -1, "gzip level used when compression.type is gzip "
          "(-1: the codec's default).", validator=_gzip_level,
          synonyms=("compression.gzip.level",)),
@@ -85,8 +84,7 @@ _TOPIC_KEYS = [
     _key("compression.zstd.level", INT, 3, "zstd level used when compression.type is zstd.",
          at_least=-131072, at_most=22, synonyms=("compression.zstd.level",)),
     _key("delete.retention.ms", L, 86400000, "How long delete tombstones stay in a "
-         "compacted topic.", at_least=0, synonyms=("log.cleaner.delete.retention.ms",),
-         not_yet=COMPACTION),
+         "compacted topic.", at_least=0, synonyms=("log.cleaner.delete.retention.ms",)),
     _key("errors.deadletterqueue.group.enable", B, False, "Whether share groups may send "
          "undeliverable records of this topic to a dead-letter queue.",
          not_yet="share groups are not implemented"),
@@ -111,7 +109,7 @@ _TOPIC_KEYS = [
          "(-2: retention.ms).", at_least=-2, synonyms=("log.local.retention.ms",),
          not_yet=REMOTE),
     _key("max.compaction.lag.ms", L, LONG_MAX, "Longest a record may stay uncompacted.",
-         at_least=1, synonyms=("log.cleaner.max.compaction.lag.ms",), not_yet=COMPACTION),
+         at_least=1, synonyms=("log.cleaner.max.compaction.lag.ms",)),
     _key("max.decompressed.message.bytes", INT, 2147483639, "Largest size a compressed "
          "batch may decompress to.", synonyms=("max.decompressed.message.bytes",),
          not_yet="decompressed sizes are not limited yet"),
@@ -129,10 +127,9 @@ _TOPIC_KEYS = [
          "producer's (CreateTime) or the broker's append time (LogAppendTime).",
          choices=TIMESTAMP_TYPES, synonyms=("log.message.timestamp.type",)),
     _key("min.cleanable.dirty.ratio", D, 0.5, "Share of uncompacted log that triggers "
-         "compaction.", at_least=0, at_most=1, synonyms=("log.cleaner.min.cleanable.ratio",),
-         not_yet=COMPACTION),
+         "compaction.", at_least=0, at_most=1, synonyms=("log.cleaner.min.cleanable.ratio",)),
     _key("min.compaction.lag.ms", L, 0, "Shortest time a record stays uncompacted.",
-         at_least=0, synonyms=("log.cleaner.min.compaction.lag.ms",), not_yet=COMPACTION),
+         at_least=0, synonyms=("log.cleaner.min.compaction.lag.ms",)),
     _key("min.insync.replicas", INT, 1, "In-sync replicas an acks=all write needs.",
          at_least=1, synonyms=("min.insync.replicas",)),
     _key("preallocate", B, False, "Preallocate segment files when they are created.",
@@ -211,6 +208,15 @@ _BROKER_KEYS = [
          "log.retention.ms nor log.retention.minutes is set)."),
     _key("log.retention.check.interval.ms", L, 300000, "How often retention runs.",
          at_least=1),
+    _key("log.cleaner.enable", B, True, "Run the log cleaner (compaction of topics whose "
+         "cleanup.policy includes compact)."),
+    _key("log.cleaner.threads", INT, 1, "Cleaner threads. oncelog runs at most one worker "
+         "(sized for a 2-core machine): values above 1 are accepted and run as one.",
+         at_least=0),
+    _key("log.cleaner.backoff.ms", L, 15000, "Pause of the cleaner when no log needs "
+         "cleaning.", at_least=0),
+    _key("log.cleaner.dedupe.buffer.size", L, 134217728, "Memory for the cleaner's offset "
+         "map (24 bytes a key): bounds the keys one pass can deduplicate.", at_least=0),
     _key("log.flush.interval.ms", L, None, "Default flush.ms.", dynamic=CW),
     _key("log.flush.scheduler.interval.ms", L, LONG_MAX, "How often the flush policy is "
          "checked; also the default flush.ms."),

@@ -7,7 +7,9 @@ two markers, ...). Unset, each point costs one set lookup.
 
 Points: ``txn.logged.<State>`` after a transaction-log record of that state is appended
 (e.g. ``txn.logged.Ongoing``, ``txn.logged.PrepareCommit``); ``markers.after_first`` after
-the first of several markers of one transaction is appended.
+the first of several markers of one transaction is appended; ``cleaner.prepared`` once a
+log cleaner pass has staged its cleaned segments, ``cleaner.swap.<step>`` just before each
+step of swapping them in (``range``, ``sidecars``, ``log``, ``delete``, ``rename``).
 
 Two more hooks make failures that are hard to cause from outside:
 ``ONCELOG_FAIL_API=key[,key...]`` makes the handler of those API keys raise RuntimeError

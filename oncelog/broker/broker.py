@@ -41,6 +41,7 @@ from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.dynamic_config import describe_listeners, load_dynamic_configs
 from oncelog.broker.internal_topic_store import InternalTopicStore
+from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.metrics import bind_metrics, scraper, serve_metrics
 from oncelog.broker.partitions import PartitionRegistry
@@ -78,6 +79,8 @@ class Broker:
         self._advertised = advertised
         self.cluster_id = ""
         self.partitions = PartitionRegistry(data_dir, config, self.clock)
+        self.cleaner = LogCleaner(self.partitions, config, self.clock)
+        self.partitions.before_log_change = self.cleaner.abort_and_wait
         self.groups: GroupCoordinator
         self.transactions: TransactionCoordinator
         self.producer_ids: ProducerIdSource
@@ -145,6 +148,7 @@ class Broker:
             producer_ids=self.producer_ids,
             cluster=self._cluster_view(node),
             replication=None if self.member is None else self.member.replication.manager,
+            cleaner=self.cleaner,
         )
 
     def _cluster_view(self, node: NodeIdentity) -> ClusterView:
@@ -240,6 +244,15 @@ class Broker:
                                 self._retention_tick),
                     name="log-retention",
                 )
+                # One worker whatever log.cleaner.threads says (>= 1): a 2-core machine.
+                if self.config["log.cleaner.enable"] and int(
+                    self.config["log.cleaner.threads"]
+                ) > 0:
+                    tasks.create_task(
+                        self._every(int(self.config["log.cleaner.backoff.ms"]),
+                                    self.cleaner.tick),
+                        name="log-cleaner",
+                    )
                 if metrics_server is not None:
                     tasks.create_task(serve_metrics(metrics_server), name="metrics")
                 if console is not None:
@@ -286,6 +299,8 @@ class Broker:
             log.info("expired %d idle producer ids", expired)
 
     def _retention_tick(self) -> None:
+        if self.cleaner.cleaning:  # a pass could be reading segments retention would delete
+            return
         deleted = self.partitions.apply_retention()
         if deleted:
             log.info("retention deleted %d segments", deleted)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from oncelog.broker.cluster.replica_manager import ReplicaManager
     from oncelog.broker.cluster_view import ClusterView
+    from oncelog.broker.log_cleaner import LogCleaner
     from oncelog.broker.partitions import PartitionRegistry
     from oncelog.clock import Clock
     from oncelog.config import BrokerConfig
@@ -52,3 +53,4 @@ class BrokerContext:
     cluster: ClusterView
     # The leader's side of replication (cluster mode); None on a single node.
     replication: ReplicaManager | None = None
+    cleaner: LogCleaner | None = None  # the log cleaner's per-partition status

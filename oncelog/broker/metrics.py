@@ -126,6 +126,7 @@ def collect(services: BrokerContext) -> list[MetricFamily]:
     families += _transaction_families(services)
     families += _group_families(services)
     families += _cluster_families(services)
+    families += _cleaner_families(services)
     return families
 
 
@@ -148,6 +149,36 @@ def _cluster_families(services: BrokerContext) -> list[MetricFamily]:
             family.add(value)
             out.append(family)
     return out
+
+
+def _cleaner_families(services: BrokerContext) -> list[MetricFamily]:
+    """The log cleaner's view of each compacted partition (Kafka's max-dirty-percent and
+    time-since-last-run, per partition)."""
+    ratio = MetricFamily(
+        "oncelog_partition_cleaner_dirty_ratio", "gauge",
+        "Dirty bytes over cleanable bytes of a compacted partition, as the cleaner last "
+        "computed it.",
+    )
+    last = MetricFamily(
+        "oncelog_partition_cleaner_last_clean_timestamp_ms", "gauge",
+        "When the log cleaner last compacted a partition (-1: not since the broker started).",
+    )
+    passes = MetricFamily(
+        "oncelog_partition_cleaner_failed", "gauge",
+        "1 when the last cleaning pass of a partition failed (it is retried).",
+    )
+    cleaner = services.cleaner
+    if cleaner is None:
+        return []
+    for partition in sorted(services.partitions.partitions(), key=lambda p: (p.topic, p.index)):
+        status = cleaner.status(partition.topic, partition.index)
+        if status is None:
+            continue
+        labels = {"topic": partition.topic, "partition": str(partition.index)}
+        ratio.add(status.dirty_ratio, **labels)
+        last.add(status.last_clean_ms, **labels)
+        passes.add(1 if status.state == "failed" else 0, **labels)
+    return [ratio, last, passes]
 
 
 def _transaction_families(services: BrokerContext) -> list[MetricFamily]:

@@ -62,6 +62,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+def _nothing(_partition: Partition) -> None:
+    return None
+
+
 class PartitionRegistry:
     """Owns the topic catalog and every partition log of this broker."""
 
@@ -82,6 +86,9 @@ class PartitionRegistry:
         # Producer-state snapshots taken at segment rolls are written (fsync included) by
         # one worker thread, in order, instead of inside the append on the event loop.
         self._snapshots = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshots")
+        # Called before a partition's log is closed, moved or deleted (the log cleaner stops
+        # a pass over it: oncelog.broker.log_cleaner).
+        self.before_log_change: Callable[[Partition], None] = _nothing
 
     def _write_snapshot(self, job: SnapshotJob) -> None:
         self._snapshots.submit(job).add_done_callback(_log_snapshot_failure)
@@ -170,6 +177,7 @@ class PartitionRegistry:
         if partition.log_dir == target:
             return
         self._snapshots.submit(lambda: None).result()  # no snapshot job left for the source
+        self.before_log_change(partition)
         partition.log.close()
         log_config = partition.config
         try:
@@ -309,6 +317,7 @@ class PartitionRegistry:
         for index in range(info.partitions):
             partition = self._partitions.pop((name, index), None)
             if partition is not None:
+                self.before_log_change(partition)
                 partition.wake_waiters()
                 with contextlib.suppress(OSError):  # the rmtree below is the fallback
                     partition.raw_log.delete()

@@ -15,7 +15,7 @@ A length of -1 means null. Decoding errors are ``KafkaError(CORRUPT_MESSAGE)``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from oncelog.errors import ErrorCode, KafkaError
@@ -23,6 +23,7 @@ from oncelog.protocol.varint import VarintError, read_uvarint
 from oncelog.records.batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     HEADER_SIZE,
@@ -259,10 +260,56 @@ def encode_batch(
         base_sequence=base_sequence,
         records_count=len(records),
     )
+    return _seal(header, payload)
+
+
+def _seal(header: BatchHeader, payload: bytes) -> bytes:
+    """The batch: ``header`` (its CRC computed here) followed by ``payload``."""
     out = bytearray(pack_header(header))
     out += payload
     out[17:21] = batch_crc(out, 0, len(out)).to_bytes(4, "big")
     return bytes(out)
+
+
+def encode_retained_batch(
+    header: BatchHeader, records: Sequence[Record], *, delete_horizon_ms: int | None
+) -> bytes:
+    """Rebuild ``header``'s batch holding only ``records`` (a subset of its records, with
+    their own offsets): what the log cleaner writes (Kafka's MemoryRecords.filterTo). The
+    base offset, last offset delta, producer fields, max timestamp and codec are kept, so
+    producer state and sequences read the same. With ``delete_horizon_ms`` the base
+    timestamp carries it and the delete-horizon attribute is set (KIP-534); the records'
+    timestamp deltas are taken from it, so their timestamps do not change. With no records
+    the batch is Kafka's empty batch: the header alone, uncompressed."""
+    attributes = header.attributes & ~ATTR_DELETE_HORIZON
+    if delete_horizon_ms is not None:
+        attributes |= ATTR_DELETE_HORIZON
+        base_timestamp = delete_horizon_ms
+    elif records:
+        base_timestamp = records[0].timestamp
+    else:
+        base_timestamp = header.max_timestamp
+    body = bytearray()
+    for record in records:
+        body += _encode_record(
+            record.offset - header.base_offset, record.timestamp - base_timestamp,
+            record.key, record.value, record.headers,
+        )
+    if records and header.compression:
+        payload = compress(header.compression, body)
+    else:
+        payload = bytes(body)
+        if not records:
+            attributes &= ~ATTR_COMPRESSION_MASK
+    rebuilt = replace(
+        header,
+        batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload),
+        crc=0,
+        attributes=attributes,
+        base_timestamp=base_timestamp,
+        records_count=len(records),
+    )
+    return _seal(rebuilt, payload)
 
 
 def _corrupt(message: str) -> KafkaError:

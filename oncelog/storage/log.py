@@ -542,6 +542,20 @@ class PartitionLog:
         self._dir_dirty = True
         self._write_checkpoint()
 
+    def segments_snapshot(self) -> list[LogSegment]:
+        """The segments now, oldest first (the log cleaner plans over them)."""
+        return list(self._segments)
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Put ``new`` (a cleaned segment, already swapped in on disk by
+        ``cleaner_files.swap_in``) where the consecutive segments ``old`` were."""
+        self._check_open()
+        i = self._segments.index(old[0])
+        if self._segments[i : i + len(old)] != old or i + len(old) >= len(self._segments):
+            raise ValueError(f"{self._directory}: segments to replace are not in the log")
+        self._segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
+
     # ------------------------------------------------------------------ closing
 
     def close(self) -> None:

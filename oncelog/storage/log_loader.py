@@ -32,6 +32,7 @@ from pathlib import Path
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.storage.checkpoint import LogCheckpoint, read_checkpoint, remove_clean_shutdown
+from oncelog.storage.cleaner_files import complete_swaps
 from oncelog.storage.segment import LOG_SUFFIX, SUFFIXES, LogSegment
 
 __all__ = ["LoadedLog", "load_log"]
@@ -61,6 +62,7 @@ def load_log(directory: Path, config: LogConfig, clock: Clock) -> LoadedLog:
     """Create the log's directory and first segment, or load its segments, recovering after
     an unclean stop. The segments are closed again if anything fails."""
     directory.mkdir(parents=True, exist_ok=True)
+    complete_swaps(directory)  # a log cleaner's swap cut short (cleaner_files)
     clean = remove_clean_shutdown(directory)
     checkpoint = read_checkpoint(directory)
     start_checkpoint = checkpoint.log_start_offset if checkpoint is not None else 0

@@ -11,6 +11,7 @@ import pytest
 
 from oncelog.broker import metrics
 from oncelog.broker.cluster.replica_manager import ReplicationStats
+from oncelog.broker.log_cleaner import CleanerStatus
 from oncelog.broker.metrics import ControllerStats
 from oncelog.cli.metrics import parse
 from oncelog.clock import FakeClock
@@ -95,6 +96,8 @@ def fake_broker(txns: list[DescribedTransaction], *, loaded: bool = True) -> Any
         groups=SimpleNamespace(statistics=lambda: groups),
         clock=FakeClock(NOW),
         replication=None,
+        cleaner=SimpleNamespace(status=lambda topic, index: CleanerStatus(
+            0.25, NOW - 5, "failed" if index else "idle") if topic == "orders" else None),
     )
 
 
@@ -144,6 +147,9 @@ def test_collect_partitions_transactions_and_groups() -> None:
     assert got[longest[0]] == "2000"
     assert got[("oncelog_groups", (("state", "Stable"),))] == "1"
     assert got[("oncelog_group_pending_transactional_offsets", ())] == "1"
+    assert got[("oncelog_partition_cleaner_dirty_ratio", p0)] == "0.25"
+    assert got[("oncelog_partition_cleaner_last_clean_timestamp_ms", p0)] == str(NOW - 5)
+    assert got[("oncelog_partition_cleaner_failed", p0)] == "0"
     # Only open states are asked for, with Kafka's names.
     assert set(broker.transactions.state_filters) == {"Ongoing", "PrepareCommit", "PrepareAbort"}
 
