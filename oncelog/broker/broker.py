@@ -34,8 +34,10 @@ from pathlib import Path
 
 from oncelog.broker import api
 from oncelog.broker.cluster.coordinator_roles import TxnCoordinatorRoles
-from oncelog.broker.cluster.markers import ClusterMarkerWriter
+from oncelog.broker.cluster.markers import MARKER_REQUEST_TIMEOUT_MS, ClusterMarkerWriter
 from oncelog.broker.cluster.member import ClusterMember, cluster_mode
+from oncelog.broker.cluster.peers import PeerConnections
+from oncelog.broker.cluster.txn_verifier import RemoteTxnVerifier
 from oncelog.broker.cluster_view import BrokerEndpoint, ClusterView, LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
@@ -149,6 +151,8 @@ class Broker:
             cluster=self._cluster_view(node),
             replication=None if self.member is None else self.member.replication.manager,
             cleaner=self.cleaner,
+            txn_verifier=None if self.member is None else RemoteTxnVerifier(
+                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS)),
         )
 
     def _cluster_view(self, node: NodeIdentity) -> ClusterView:
@@ -194,6 +198,8 @@ class Broker:
             await self._serve(on_ready, metrics_server, console)
         finally:
             if self.member is not None:
+                if self.services is not None and self.services.txn_verifier is not None:
+                    await self.services.txn_verifier.close()
                 await self.member.close()
             self._lock.release()
 

@@ -22,9 +22,9 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+from oncelog.broker.cluster.peers import PeerConnections
 from oncelog.broker.cluster.view import EtcdClusterView
-from oncelog.broker.markers import LocalMarkerWriter, broker_client_id
-from oncelog.client.aio.connection import BrokerConnection
+from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
 from oncelog.cluster.metadata import NO_LEADER
 from oncelog.errors import ErrorCode
@@ -45,11 +45,12 @@ class ClusterMarkerWriter:
     """A MarkerWriter for a cluster broker (see the module docstring)."""
 
     def __init__(self, view: EtcdClusterView, local: LocalMarkerWriter,
-                 request_timeout_ms: int = MARKER_REQUEST_TIMEOUT_MS) -> None:
+                 request_timeout_ms: int = MARKER_REQUEST_TIMEOUT_MS,
+                 peers: PeerConnections | None = None) -> None:
         self.view = view
         self.local = local
         self.request_timeout_ms = request_timeout_ms
-        self._connections: dict[int, BrokerConnection] = {}
+        self.peers = peers or PeerConnections(view, request_timeout_ms)
         self.requests = 0  # WriteTxnMarkers requests sent (statistics, tests)
 
     async def write_markers(
@@ -93,14 +94,14 @@ class ClusterMarkerWriter:
     ) -> dict[TopicPartition, ErrorCode]:
         what = "COMMIT" if commit else "ABORT"
         try:
-            conn = await self._connection(leader)
+            conn = await self.peers.get(leader)
             self.requests += 1
             response = await conn.send(
                 _request(producer_id, producer_epoch, coordinator_epoch, commit, partitions),
                 timeout_ms=self.request_timeout_ms,
             )
         except (BrokerConnectionError, KafkaTimeoutError, OSError, LookupError) as exc:
-            await self._drop(leader, str(exc))
+            await self.peers.drop(leader, str(exc))
             log.info("%s markers for producer %d to broker %d (%d partitions) failed: %s; "
                      "retried after the metadata moves", what, producer_id, leader,
                      len(partitions), exc)
@@ -117,32 +118,8 @@ class ClusterMarkerWriter:
                   coordinator_epoch, len(partitions), refused or "none")
         return {tp: answers.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
 
-    async def _connection(self, node_id: int) -> BrokerConnection:
-        endpoint = self.view.broker(node_id)
-        if endpoint is None:
-            raise LookupError(f"broker {node_id} is not registered")
-        conn = self._connections.get(node_id)
-        if conn is not None and conn.connected and (conn.host, conn.port) == (
-            endpoint.host, endpoint.port
-        ):
-            return conn
-        if conn is not None:
-            await conn.close("reconnecting")
-        conn = BrokerConnection(endpoint.host, endpoint.port, node_id=node_id,
-                                client_id=broker_client_id(self.view.node_id),
-                                request_timeout_ms=self.request_timeout_ms)
-        self._connections[node_id] = conn
-        await conn.connect()
-        return conn
-
-    async def _drop(self, node_id: int, reason: str) -> None:
-        conn = self._connections.pop(node_id, None)
-        if conn is not None:
-            await conn.close(reason)
-
     async def close(self) -> None:
-        for node_id in list(self._connections):
-            await self._drop(node_id, "broker stopping")
+        await self.peers.close()
 
 
 def _request(

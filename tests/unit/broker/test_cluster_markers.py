@@ -77,7 +77,7 @@ def writer_with(view: FakeView, conns: dict[int, FakeConnection]
     async def connection(node_id: int) -> BrokerConnection:
         return cast(BrokerConnection, conns[node_id])
 
-    writer._connection = connection  # type: ignore[method-assign]
+    writer.peers.get = connection  # type: ignore[method-assign]
     return writer, local
 
 
