@@ -22,7 +22,7 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-from oncelog.broker.cluster.peers import PeerConnections
+from oncelog.broker.cluster.peers import PeerConnections, indexes_by_topic
 from oncelog.broker.cluster.view import EtcdClusterView
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
@@ -130,9 +130,6 @@ def _request(
     partitions: list[TopicPartition],
 ) -> Any:
     mod = request_module(versions.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
-    by_topic: dict[str, list[int]] = defaultdict(list)
-    for topic, index in partitions:
-        by_topic[topic].append(index)
     return make(
         mod.WriteTxnMarkersRequest,
         markers=(
@@ -143,9 +140,8 @@ def _request(
                 transaction_result=commit,
                 coordinator_epoch=coordinator_epoch,
                 topics=tuple(
-                    make(mod.WritableTxnMarkerTopic, name=topic,
-                         partition_indexes=tuple(indexes))
-                    for topic, indexes in sorted(by_topic.items())
+                    make(mod.WritableTxnMarkerTopic, name=topic, partition_indexes=indexes)
+                    for topic, indexes in indexes_by_topic(partitions)
                 ),
             ),
         ),

@@ -5,11 +5,14 @@ receiving side who they are with the client id ``oncelog-broker-<id>``."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+
 from oncelog.broker.cluster.view import EtcdClusterView
 from oncelog.broker.markers import broker_client_id
 from oncelog.client.aio.connection import BrokerConnection
 
-__all__ = ["PeerConnections"]
+__all__ = ["PeerConnections", "indexes_by_topic"]
 
 
 class PeerConnections:
@@ -47,3 +50,11 @@ class PeerConnections:
     async def close(self) -> None:
         for node_id in list(self._connections):
             await self.drop(node_id, "broker stopping")
+
+
+def indexes_by_topic(partitions: Iterable[tuple[str, int]]) -> list[tuple[str, tuple[int, ...]]]:
+    """(topic, partition indexes) for a request's topic list, topics sorted."""
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, index in partitions:
+        by_topic[topic].append(index)
+    return [(topic, tuple(indexes)) for topic, indexes in sorted(by_topic.items())]

@@ -9,10 +9,9 @@ NETWORK_EXCEPTION for every partition: the produce path turns it into a retriabl
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from typing import Any
 
-from oncelog.broker.cluster.peers import PeerConnections
+from oncelog.broker.cluster.peers import PeerConnections, indexes_by_topic
 from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions
@@ -82,9 +81,6 @@ def _request(
     verify_only: bool,
 ) -> Any:
     mod = request_module(versions.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION)
-    by_topic: dict[str, list[int]] = defaultdict(list)
-    for topic, index in partitions:
-        by_topic[topic].append(index)
     return make(
         mod.AddPartitionsToTxnRequest,
         transactions=(
@@ -95,8 +91,8 @@ def _request(
                 producer_epoch=producer_epoch,
                 verify_only=verify_only,
                 topics=tuple(
-                    make(mod.AddPartitionsToTxnTopic, name=topic, partitions=tuple(indexes))
-                    for topic, indexes in sorted(by_topic.items())
+                    make(mod.AddPartitionsToTxnTopic, name=topic, partitions=indexes)
+                    for topic, indexes in indexes_by_topic(partitions)
                 ),
             ),
         ),
