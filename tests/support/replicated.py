@@ -1,0 +1,130 @@
+"""Helpers for replication tests and the fault run (bench/cluster_faults.py): rf=3 topics
+with min.insync.replicas=2, reading a partition to its end with confluent-kafka, a replica's
+log batches from its files, and a numbered idempotent acks=all stream."""
+
+from __future__ import annotations
+
+import struct
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.cluster import ClusterProcess, MetadataView
+
+
+def create_topic(cluster: ClusterProcess, partitions: int = 1,
+                 assignment: list[list[int]] | None = None) -> str:
+    name = f"repl-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = (NewTopic(name, len(assignment), replica_assignment=assignment,
+                      config={"min.insync.replicas": "2"}) if assignment
+             else NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"}))
+    admin.create_topics([topic], operation_timeout=10)[name].result(timeout=30)
+    cluster.wait_until(lambda m: in_sync(m, name, partitions, 3), f"{name} fully in sync")
+    return name
+
+
+def in_sync(m: MetadataView, topic: str, partitions: int, size: int) -> bool:
+    parts = m.topics.get(topic, {})
+    return len(parts) == partitions and all(
+        p.leader > 0 and len(p.isr) == size for p in parts.values())
+
+
+def leader_of(cluster: ClusterProcess, topic: str, index: int = 0) -> int:
+    return cluster.metadata().topics[topic][index].leader
+
+
+def log_batches(data_dir: Path, topic: str, index: int, below: int) -> list[bytes]:
+    """The record batches of a replica's log files below offset ``below``, as bytes with
+    the (replica-local) partition leader epoch field kept: replicas copy batches whole."""
+    batches: list[bytes] = []
+    for segment in sorted((data_dir / f"{topic}-{index}").glob("*.log")):
+        buf = segment.read_bytes()
+        pos = 0
+        while pos + 12 <= len(buf):
+            base, length = struct.unpack_from(">qi", buf, pos)
+            if length <= 0 or pos + 12 + length > len(buf) or base >= below:
+                break
+            batches.append(buf[pos:pos + 12 + length])
+            pos += 12 + length
+    return batches
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, *,
+             committed: bool = False) -> list[bytes]:
+    """Every record value up to the end (the HW, or the LSO with ``committed``)."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+        "enable.auto.commit": False, "enable.partition.eof": True,
+        "isolation.level": "read_committed" if committed else "read_uncommitted",
+    })
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    try:
+        while len(at_end) < partitions:
+            message = consumer.poll(30)
+            assert message is not None, "no answer from the consumer within 30 s"
+            error = message.error()
+            partition, value = message.partition(), message.value()
+            assert partition is not None
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                at_end.add(partition)
+                continue
+            assert error is None and value is not None, error
+            at_end.discard(partition)
+            values.append(value)
+    finally:
+        consumer.close()
+    return values
+
+
+class NumberedStream:
+    """An idempotent acks=all confluent-kafka producer writing b"0", b"1", ... from a
+    thread; ``acked`` are the values acknowledged without error."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 2, "message.timeout.ms": 60000,
+        })
+        self.topic = topic
+        self.acked: list[bytes] = []
+        self.failed: list[str] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._progress = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _delivered(self, error: KafkaError | None, message: Any) -> None:
+        with self._progress:
+            if error is None:
+                self.acked.append(message.value())
+            else:
+                self.failed.append(str(error))
+            self._progress.notify_all()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.producer.produce(self.topic, str(self.sent).encode(),
+                                      on_delivery=self._delivered)
+                self.sent += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.001)
+
+    def wait_acked(self, count: int, timeout: float = 60) -> None:
+        with self._progress:
+            assert self._progress.wait_for(lambda: len(self.acked) >= count, timeout), (
+                f"{len(self.acked)} acknowledged of {count}; failures {self.failed[:3]}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert self.producer.flush(60) == 0
