@@ -13,9 +13,11 @@ lock the data directory; connect to the metadata store; take the cluster id from
 partition directories; register the broker (a live broker with the same node id: refused,
 exit status 1); load the MetadataCache and apply this broker's replica roles from it; then
 in the TaskGroup the cache follows the store's watch, the controller shell campaigns, the
-producer-id blocks are fetched, and the coordinators load once the controller has created
-the internal topics; start accepting; announce readiness. On SIGTERM a controlled shutdown
-moves this broker's leaderships away first; the lease is revoked last. The
+producer-id blocks are fetched, the transaction coordinator loads each ``__transaction_state``
+partition this broker leads (at its leader epoch) and unloads those it stops leading, and the
+group coordinator loads once the controller has created the internal topics; start
+accepting; announce readiness. On SIGTERM a controlled shutdown moves this broker's
+leaderships away first; the lease is revoked last. The
 services that request handlers, the server and the metrics endpoint use are handed to them
 as one frozen ``BrokerContext``, built once storage is loaded. All
 background work (flush scheduler, retention, the group coordinator's timers) runs as tasks
@@ -32,7 +34,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
+from oncelog.broker.cluster.coordinator_roles import TxnCoordinatorRoles
+from oncelog.broker.cluster.markers import MARKER_REQUEST_TIMEOUT_MS, ClusterMarkerWriter
 from oncelog.broker.cluster.member import ClusterMember, cluster_mode
+from oncelog.broker.cluster.peers import PeerConnections
+from oncelog.broker.cluster.txn_verifier import RemoteTxnVerifier
 from oncelog.broker.cluster_view import BrokerEndpoint, ClusterView, LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
@@ -121,17 +127,21 @@ class Broker:
             started = time.monotonic()
             self.groups.load()
             _log_load_time(OFFSETS_TOPIC, started)
+        local_markers = LocalMarkerWriter(self.partitions, self.groups)
         self.transactions = TransactionCoordinator(
             self.config,
             InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
             self.producer_ids,  # the one source of producer ids, idempotent ones included
-            LocalMarkerWriter(self.partitions, self.groups),
+            local_markers if self.member is None
+            else ClusterMarkerWriter(self.member.view, local_markers),
             self.clock,
         )
         if self.member is None:
             started = time.monotonic()
             self.transactions.load()
             _log_load_time(TRANSACTION_STATE_TOPIC, started)
+        else:  # each partition loads when this broker comes to lead it
+            self.transactions.start_partitioned()
         node = NodeIdentity(
             self.node_id, self.cluster_id, self.advertised_host, self.advertised_port
         )
@@ -144,8 +154,10 @@ class Broker:
             transactions=self.transactions,
             producer_ids=self.producer_ids,
             cluster=self._cluster_view(node),
-            cleaner=self.cleaner,
             replication=None if self.member is None else self.member.replication.manager,
+            cleaner=self.cleaner,
+            txn_verifier=None if self.member is None else RemoteTxnVerifier(
+                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS)),
         )
 
     def _cluster_view(self, node: NodeIdentity) -> ClusterView:
@@ -155,19 +167,21 @@ class Broker:
         return self.member.view
 
     async def _load_coordinators(self) -> None:
-        """Cluster mode: load the group and transaction coordinators once the internal
-        topics exist. Until the coordinator move (a later part of issue 14) they run on every
-        broker holding all internal partitions, over its local replicas; FindCoordinator
-        sends clients to the partition's leader only, and the others answer NOT_COORDINATOR.
-        """
+        """Cluster mode: the transaction coordinator follows the leadership of each
+        ``__transaction_state`` partition (``TxnCoordinatorRoles``). The group coordinator
+        still loads once the internal topics exist, on every broker holding all internal
+        partitions, over its local replicas; FindCoordinator sends clients to the
+        partition's leader only, and the others answer NOT_COORDINATOR."""
         assert self.member is not None
+        follower = TxnCoordinatorRoles(self.member.roles, self.transactions)
+        self.member.cache.subscribe(follower.on_metadata)
+        follower.apply()
         if not await self.member.wait_internal_topics():
-            log.warning("this broker does not hold every internal partition: its group and "
-                        "transaction coordinators stay unloaded")
+            log.warning("this broker does not hold every internal partition: its group "
+                        "coordinator stays unloaded")
             return
         self.groups.load()
-        self.transactions.load()
-        log.info("coordinators loaded from the local replicas of the internal topics")
+        log.info("group coordinator loaded from the local replicas of the internal topics")
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -189,6 +203,8 @@ class Broker:
             await self._serve(on_ready, metrics_server, console)
         finally:
             if self.member is not None:
+                if self.services is not None and self.services.txn_verifier is not None:
+                    await self.services.txn_verifier.close()
                 await self.member.close()
             self._lock.release()
 

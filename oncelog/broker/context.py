@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oncelog.broker.cluster.replica_manager import ReplicaManager
+    from oncelog.broker.cluster.txn_verifier import RemoteTxnVerifier
     from oncelog.broker.cluster_view import ClusterView
     from oncelog.broker.log_cleaner import LogCleaner
     from oncelog.broker.partitions import PartitionRegistry
@@ -54,3 +55,6 @@ class BrokerContext:
     # The leader's side of replication (cluster mode); None on a single node.
     replication: ReplicaManager | None = None
     cleaner: LogCleaner | None = None  # the log cleaner's per-partition status
+    # Cluster mode: asks the transaction coordinator on another broker whether a produce
+    # batch belongs to its transaction (KIP-890); None on a single node.
+    txn_verifier: RemoteTxnVerifier | None = None

@@ -4,9 +4,11 @@ transaction coordinator), written and read through the partition interface only.
 
 Appends go through the partition's normal append path, as AppendOrigin.COORDINATOR (so
 producer state sees transactional offset commits as open transactions that a marker later
-ends); replays read everything from the log start to the high watermark (the log end on one
-node), open and aborted transactions and markers included, because
-the coordinators rebuild their own view of pending and decided state.
+ends); replays read everything from the log start to the log end (as Kafka's coordinators
+load up to the log end offset: a new leader's high watermark may still lag records the old
+leader had acknowledged; on one node both are the same), open and aborted transactions and
+markers included, because the coordinators rebuild their own view of pending and decided
+state.
 """
 
 from __future__ import annotations
@@ -84,9 +86,9 @@ class InternalTopicStore:
     def read_records(self, partition: int) -> Iterator[StoredRecord]:
         source = self.registry.get(self.topic, partition)
         offset = source.log_start_offset
-        end = source.high_watermark
+        end = source.log_end_offset
         while offset < end:
-            result = source.read(offset, READ_CHUNK)
+            result = source.read(offset, READ_CHUNK, upto_log_end=True)
             if not result.data:
                 break
             progressed = False

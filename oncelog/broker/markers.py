@@ -21,6 +21,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The client id a broker sends WriteTxnMarkers with (``oncelog.broker.cluster.markers``):
+# the receiving broker accepts COMMIT markers only from a live broker of its image.
+BROKER_CLIENT_PREFIX = "oncelog-broker-"
+
+
+def broker_client_id(node_id: int) -> str:
+    return f"{BROKER_CLIENT_PREFIX}{node_id}"
+
+
+def sender_broker(client_id: str | None) -> int | None:
+    """The node id a broker's client id names (None for any other client id)."""
+    if not client_id or not client_id.startswith(BROKER_CLIENT_PREFIX):
+        return None
+    suffix = client_id[len(BROKER_CLIENT_PREFIX):]
+    return int(suffix) if suffix.isdigit() else None
+
 
 class LocalMarkerWriter:
     def __init__(self, registry: PartitionRegistry, groups: GroupCoordinator) -> None:

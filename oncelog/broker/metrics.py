@@ -130,6 +130,27 @@ def collect(services: BrokerContext) -> list[MetricFamily]:
     return families
 
 
+def _cluster_families(services: BrokerContext) -> list[MetricFamily]:
+    """Cluster mode: replication (Kafka's UnderReplicatedPartitions, IsrShrinksPerSec,
+    IsrExpandsPerSec); nothing on a single node."""
+    out: list[MetricFamily] = []
+    replication = services.replication
+    if replication is not None:
+        for name, kind, text, value in (
+            ("oncelog_under_replicated_partitions", "gauge",
+             "Partitions this broker leads whose ISR is smaller than their replicas.",
+             replication.under_replicated()),
+            ("oncelog_isr_shrinks_total", "counter",
+             "ISR shrinks this broker wrote as leader.", replication.stats.isr_shrinks),
+            ("oncelog_isr_expands_total", "counter",
+             "ISR expansions this broker wrote as leader.", replication.stats.isr_expands),
+        ):
+            family = MetricFamily(name, kind, text)
+            family.add(value)
+            out.append(family)
+    return out
+
+
 def _cleaner_families(services: BrokerContext) -> list[MetricFamily]:
     """The log cleaner's view of each compacted partition (Kafka's max-dirty-percent and
     time-since-last-run, per partition)."""
@@ -158,27 +179,6 @@ def _cleaner_families(services: BrokerContext) -> list[MetricFamily]:
         last.add(status.last_clean_ms, **labels)
         passes.add(1 if status.state == "failed" else 0, **labels)
     return [ratio, last, passes]
-
-
-def _cluster_families(services: BrokerContext) -> list[MetricFamily]:
-    """Cluster mode: replication (Kafka's UnderReplicatedPartitions, IsrShrinksPerSec,
-    IsrExpandsPerSec); nothing on a single node."""
-    out: list[MetricFamily] = []
-    replication = services.replication
-    if replication is not None:
-        for name, kind, text, value in (
-            ("oncelog_under_replicated_partitions", "gauge",
-             "Partitions this broker leads whose ISR is smaller than their replicas.",
-             replication.under_replicated()),
-            ("oncelog_isr_shrinks_total", "counter",
-             "ISR shrinks this broker wrote as leader.", replication.stats.isr_shrinks),
-            ("oncelog_isr_expands_total", "counter",
-             "ISR expansions this broker wrote as leader.", replication.stats.isr_expands),
-        ):
-            family = MetricFamily(name, kind, text)
-            family.add(value)
-            out.append(family)
-    return out
 
 
 def _transaction_families(services: BrokerContext) -> list[MetricFamily]:

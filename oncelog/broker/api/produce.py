@@ -15,7 +15,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.broker.cluster_view import BrokerEndpoint, ClusterView, check_leader
+from oncelog.broker.cluster_view import (
+    TRANSACTION_KEY,
+    BrokerEndpoint,
+    ClusterView,
+    check_leader,
+)
+from oncelog.cluster.metadata import NO_LEADER
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
@@ -220,23 +226,41 @@ async def add_or_verify_transaction(
     finalized ``transaction.version``: Kafka 4.4 at level 1 adds on Produce v12 too
     (tests/integration/test_txn_v2_differential.py); clients only send v12 at level 2.
 
-    The coordinator's answer is translated as Kafka's AddPartitionsToTxnManager does for
-    produce: PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH; TRANSACTION_ABORTABLE stays
-    from v11 (clients that know it) and becomes INVALID_TXN_STATE below."""
+    The coordinator is the leader of the id's ``__transaction_state`` partition: this
+    broker's own coordinator, or in a cluster another broker, asked with AddPartitionsToTxn
+    v4 (Kafka's AddPartitionsToTxnManager); never this broker's coordinator for an id it
+    does not own.
+
+    The coordinator's answer is translated as Kafka's AddPartitionsToTxnManager and
+    ReplicaManager do for produce: PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH;
+    TRANSACTION_ABORTABLE stays from v11 (clients that know it) and becomes INVALID_TXN_STATE
+    below; a coordinator that is not there (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+    COORDINATOR_LOAD_IN_PROGRESS, NETWORK_EXCEPTION) becomes NOT_ENOUGH_REPLICAS, which every
+    producer retries without a metadata refresh."""
     if not transactional_id:
         raise KafkaError(
             ErrorCode.invalid_txn_state,
             f"transactional batch of producer {header.producer_id} without a transactional id",
         )
     tp = (topic, partition)
-    coordinator = ctx.services.transactions
-    if ctx.api_version >= 12:
-        answers = await coordinator.handle_add_partitions(
-            transactional_id, header.producer_id, header.producer_epoch, [tp]
-        )
-    else:
-        answers = coordinator.verify_partitions(
-            transactional_id, header.producer_id, header.producer_epoch, [tp]
+    view = ctx.services.cluster
+    coordinator = view.coordinator(TRANSACTION_KEY, transactional_id).leader
+    verifier = ctx.services.txn_verifier
+    if coordinator == view.node_id:
+        if ctx.api_version >= 12:
+            answers = await ctx.services.transactions.handle_add_partitions(
+                transactional_id, header.producer_id, header.producer_epoch, [tp]
+            )
+        else:
+            answers = ctx.services.transactions.verify_partitions(
+                transactional_id, header.producer_id, header.producer_epoch, [tp]
+            )
+    elif coordinator == NO_LEADER or verifier is None:
+        answers = {tp: ErrorCode.coordinator_not_available}
+    else:  # Kafka's AddPartitionsToTxnManager: ask the coordinator's broker
+        answers = await verifier.add_or_verify(
+            coordinator, transactional_id, header.producer_id, header.producer_epoch, [tp],
+            verify_only=ctx.api_version < 12,
         )
     code = answers[tp]
     if code is ErrorCode.none:
@@ -245,11 +269,27 @@ async def add_or_verify_transaction(
         code = ErrorCode.invalid_producer_epoch
     elif code is ErrorCode.transaction_abortable and ctx.api_version < 11:
         code = ErrorCode.invalid_txn_state
+    elif code in _UNVERIFIED:
+        raise KafkaError(
+            ErrorCode.not_enough_replicas,
+            f"Unable to verify the partition has been added to the transaction. "
+            f"Underlying error: {code.name.upper()}",
+        )
     raise KafkaError(
         code,
         f"{topic}-{partition}: producer {header.producer_id} epoch {header.producer_epoch} "
         f"is not writing an ongoing transaction of {transactional_id!r} that holds it",
     )
+
+
+# Coordinator answers meaning "not verified yet" (Kafka's ReplicaManager turns them into
+# NOT_ENOUGH_REPLICAS for produce: older clients do not retry them on the produce path).
+_UNVERIFIED = frozenset({
+    ErrorCode.network_exception,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+})
 
 
 def _timestamp(ms: int) -> Any:

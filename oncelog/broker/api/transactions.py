@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.compat import fenced_for_version
 from oncelog.broker.cluster_view import TRANSACTION_KEY, check_leader, coordinator_error
+from oncelog.broker.markers import LocalMarkerWriter, sender_broker
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from oncelog.protocol import versions
@@ -226,8 +227,13 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     A coordinator epoch above the transaction coordinator's own is refused with
     INVALID_REQUEST (Kafka would write it and so fence the real coordinator on that
     partition); the epoch an admin tool reads from DescribeProducers is never above it.
-    The coordinator's own markers are local calls (``oncelog.broker.markers``)."""
+    The coordinator's own markers are local calls (``oncelog.broker.markers``) on one node;
+    in a cluster, a coordinator on another broker sends them here (``_write_broker_markers``).
+    """
     mod = response_module(versions.WRITE_TXN_MARKERS, ctx.api_version)
+    sender = sender_broker(ctx.client_id)
+    if sender is not None and ctx.services.cluster.broker(sender) is not None:
+        return await _write_broker_markers(ctx, mod, request, sender)
     markers = []
     for marker in request.markers:
         if marker.transaction_result:
@@ -254,6 +260,45 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
         markers.append(
             make(mod.WritableTxnMarkerResult, producer_id=marker.producer_id, topics=topics)
         )
+    return make(mod.WriteTxnMarkersResponse, markers=tuple(markers))
+
+
+async def _write_broker_markers(ctx: RequestContext, mod: Any, request: Any, sender: int) -> Any:
+    """WriteTxnMarkers from the transaction coordinator on broker ``sender``: each marker
+    is written on the partitions this broker leads (NOT_LEADER_OR_FOLLOWER elsewhere, which
+    the coordinator retries after the metadata moves). A marker whose coordinator epoch is
+    older than one the partition saw for the producer is refused with
+    TRANSACTION_COORDINATOR_FENCED by the partition's producer state."""
+    writer = LocalMarkerWriter(ctx.services.partitions, ctx.services.groups)
+    markers = []
+    for marker in request.markers:
+        answers: dict[tuple[str, int], ErrorCode] = {}
+        mine: list[tuple[str, int]] = []
+        for topic in marker.topics:
+            for index in topic.partition_indexes:
+                tp = (str(topic.name), int(index))
+                try:
+                    check_leader(ctx.services.cluster, *tp)
+                    mine.append(tp)
+                except KafkaError as exc:
+                    answers[tp] = exc.code
+        if mine:
+            answers.update(await writer.write_markers(
+                int(marker.producer_id), int(marker.producer_epoch),
+                int(marker.coordinator_epoch), bool(marker.transaction_result), mine))
+        if refused := {tp: code.name for tp, code in answers.items() if code is not ErrorCode.none}:
+            log.info("markers from the coordinator on broker %d for producer %d refused: %s",
+                     sender, marker.producer_id, refused)
+        by_topic: dict[str, list[Any]] = {}
+        for (topic_name, index), code in answers.items():
+            by_topic.setdefault(topic_name, []).append(
+                make(mod.WritableTxnMarkerPartitionResult, partition_index=index,
+                     error_code=code))
+        markers.append(make(
+            mod.WritableTxnMarkerResult, producer_id=marker.producer_id,
+            topics=tuple(make(mod.WritableTxnMarkerTopicResult, name=name,
+                              partitions=tuple(parts))
+                         for name, parts in by_topic.items())))
     return make(mod.WriteTxnMarkersResponse, markers=tuple(markers))
 
 

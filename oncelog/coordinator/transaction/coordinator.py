@@ -127,7 +127,7 @@ class TransactionCoordinator:
 
     @coordinator_epoch.setter
     def coordinator_epoch(self, epoch: int) -> None:
-        self._state.coordinator_epoch = epoch
+        self._state.default_coordinator_epoch = epoch
 
     def partition_for(self, transactional_id: str) -> int:
         """The ``__transaction_state`` partition holding ``transactional_id``."""
@@ -151,6 +151,34 @@ class TransactionCoordinator:
         PrepareCommit/PrepareAbort get their markers written again and complete (as soon as
         ``run()`` is running)."""
         return self._state.load(self._channel.start)
+
+    def start_partitioned(self) -> None:
+        """Cluster mode: own no ``__transaction_state`` partition until this broker leads
+        one (``load_partition``); the ids of the others answer NOT_COORDINATOR."""
+        self._state.start_partitioned()
+
+    def begin_loading(self, partition: int) -> None:
+        """This broker now leads ``partition``: its ids answer COORDINATOR_LOAD_IN_PROGRESS
+        until ``load_partition`` has run."""
+        self._state.begin_loading(partition)
+
+    def load_partition(self, partition: int, coordinator_epoch: int) -> int:
+        """Own ``partition`` at ``coordinator_epoch`` (its leader epoch): replay it and
+        resume the markers of every transaction it has in PrepareCommit/PrepareAbort."""
+        if partition in self._state.owned_partitions():
+            self.unload_partition(partition)  # an older epoch's markers stop first
+        return self._state.load_partition(partition, coordinator_epoch, self._channel.start)
+
+    def unload_partition(self, partition: int) -> int:
+        """Another broker leads ``partition`` now: forget its ids and stop their markers
+        (later requests for them answer NOT_COORDINATOR)."""
+        removed = self._state.unload_partition(partition)
+        self._channel.stop(removed)
+        return len(removed)
+
+    def owned_partitions(self) -> dict[int, int]:
+        """The ``__transaction_state`` partitions loaded here, with their coordinator epochs."""
+        return self._state.owned_partitions()
 
     def _new_producer_id(self) -> int:
         try:
@@ -187,8 +215,8 @@ class TransactionCoordinator:
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
             return InitProducerIdResult(ErrorCode.invalid_request)
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
-        if not self._state.loaded:
-            return InitProducerIdResult(ErrorCode.coordinator_load_in_progress)
+        if (code := self._state.check(transactional_id)) is not ErrorCode.none:
+            return InitProducerIdResult(code)
 
         now = self._clock.now_ms()
         md = self._state.get(transactional_id)
@@ -349,8 +377,8 @@ class TransactionCoordinator:
     ) -> tuple[ErrorCode, TransactionMetadata | None]:
         if not transactional_id:
             return ErrorCode.invalid_request, None
-        if not self._state.loaded:
-            return ErrorCode.coordinator_load_in_progress, None
+        if (code := self._state.check(transactional_id)) is not ErrorCode.none:
+            return code, None
         md = self._state.get(transactional_id)
         if md is None:
             return ErrorCode.invalid_producer_id_mapping, None
@@ -377,8 +405,8 @@ class TransactionCoordinator:
         transaction and the answer carries the identity the client continues with."""
         if not transactional_id:
             return EndTxnResult(ErrorCode.invalid_request)
-        if not self._state.loaded:
-            return EndTxnResult(ErrorCode.coordinator_load_in_progress)
+        if (code := self._state.check(transactional_id)) is not ErrorCode.none:
+            return EndTxnResult(code)
         md = self._state.get(transactional_id)
         if md is None:
             return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
@@ -465,13 +493,11 @@ class TransactionCoordinator:
     def describe_transactions(self, transactional_ids: Iterable[str]) -> list[DescribedTransaction]:
         out = []
         for transactional_id in transactional_ids:
-            if not self._state.loaded:
-                out.append(
-                    DescribedTransaction(transactional_id, ErrorCode.coordinator_load_in_progress)
-                )
-                continue
             if not transactional_id:
                 out.append(DescribedTransaction(transactional_id, ErrorCode.invalid_request))
+                continue
+            if (code := self._state.check(transactional_id)) is not ErrorCode.none:
+                out.append(DescribedTransaction(transactional_id, code))
                 continue
             md = self._state.get(transactional_id)
             if md is None:

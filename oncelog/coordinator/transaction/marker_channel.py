@@ -141,6 +141,16 @@ class TransactionMarkerChannel:
 
         task.add_done_callback(forget)
 
+    def stop(self, transactional_ids: list[str]) -> None:
+        """Stop completing these transactions (their partition moved to another coordinator,
+        which resumes them with its own epoch)."""
+        for transactional_id in transactional_ids:
+            self._deferred.discard(transactional_id)
+            task = self._completions.pop(transactional_id, None)
+            if task is not None and not task.done():
+                task.cancel()
+                logger.info("markers of %r stopped: its coordinator moved", transactional_id)
+
     async def wait(self, transactional_id: str) -> None:
         """Wait, at most ``end_txn_wait_ms``, for the completion of ``transactional_id``."""
         task = self._completions.get(transactional_id)
@@ -165,7 +175,11 @@ class TransactionMarkerChannel:
         backoff = self._backoff_ms
         while True:
             md = self._state.get(transactional_id)
-            if md is None or not md.state.is_prepared or md.pending_transition:
+            epoch = self._state.coordinator_epoch_for(transactional_id)
+            if md is None or epoch is None:
+                logger.info("%r is no longer owned here: its markers stop", transactional_id)
+                return
+            if not md.state.is_prepared or md.pending_transition:
                 logger.error("%r has nothing to complete", transactional_id)
                 return
             commit = md.state is TransactionState.PREPARE_COMMIT
@@ -173,8 +187,7 @@ class TransactionMarkerChannel:
             if pending:
                 try:
                     answers = await self._writer.write_markers(
-                        md.producer_id, md.producer_epoch, self._state.coordinator_epoch,
-                        commit, pending,
+                        md.producer_id, md.producer_epoch, epoch, commit, pending,
                     )
                 except Exception as exc:  # an error of the writer: retry, never give up
                     logger.warning(

@@ -2,12 +2,14 @@
 
 It owns everything the coordinator keeps about transactional ids (Kafka's
 TransactionStateManager): the cache, the placement of an id on a ``__transaction_state``
-partition, the log appends (prepare -> durable append -> complete: a transition prepared by
+partition, which of those partitions this coordinator owns (loaded, loading, or not here),
+the log appends (prepare -> durable append -> complete: a transition prepared by
 ``metadata.py`` is applied only once the store has it; a failed append cancels it and is
 translated, in one place, into the error a transactional client understands), loading the
-cache from the log after a restart, the list of transactions for ListTransactions, and the
-two sweeps' halves that concern the cache: which transactions have timed out, and forgetting
-idle transactional ids (tombstones first, then the cache).
+cache from the log after a restart or on becoming leader of a partition (and dropping a
+partition's ids when another broker takes it over), the list of transactions for
+ListTransactions, and the two sweeps' halves that concern the cache: which transactions
+have timed out, and forgetting idle transactional ids (tombstones first, then the cache).
 
 Synchronous and sans-IO apart from the store it is given (``run_sweeps`` only awaits the
 injected ``sleep``); the clock is injected.
@@ -62,11 +64,15 @@ class TransactionStateManager:
         self._config = config
         self._store = store
         self._clock = clock
-        # The epoch this coordinator writes markers with (in a cluster, the leader epoch of
-        # the __transaction_state partition).
-        self.coordinator_epoch = coordinator_epoch
+        # The epoch a single node writes markers with; in a cluster each partition has its
+        # own: the leader epoch of that __transaction_state partition (``_owned``).
+        self.default_coordinator_epoch = coordinator_epoch
         self._cache: dict[str, TransactionMetadata] = {}
-        self._loaded = False
+        # Kafka's TransactionStateManager: the partitions loaded here with their coordinator
+        # epoch, and those being loaded (their ids answer COORDINATOR_LOAD_IN_PROGRESS).
+        self._owned: dict[int, int] = {}
+        self._loading: set[int] = set()
+        self._loaded = False  # a first load (or cluster start) happened: others are not here
         self.expired = 0  # transactional ids forgotten since start
 
     # ------------------------------------------------------------------- the cache
@@ -77,7 +83,43 @@ class TransactionStateManager:
 
     @property
     def loaded(self) -> bool:
-        return self._loaded
+        """Whether no partition is loading (and the coordinator has started)."""
+        return self._loaded and not self._loading
+
+    @property
+    def coordinator_epoch(self) -> int:
+        """The highest coordinator epoch of the partitions owned here (the default epoch on
+        a single node or before any partition is loaded)."""
+        return max(self._owned.values(), default=self.default_coordinator_epoch)
+
+    def owned_partitions(self) -> dict[int, int]:
+        """The partitions loaded here and their coordinator epochs."""
+        return dict(self._owned)
+
+    def coordinator_epoch_for(self, transactional_id: str) -> int | None:
+        """The coordinator epoch of the id's partition; None if it is not owned here."""
+        return self._owned.get(self.partition_for(transactional_id))
+
+    def check(self, transactional_id: str) -> ErrorCode:
+        """Whether this coordinator answers for ``transactional_id`` (Kafka's
+        getTransactionState): COORDINATOR_LOAD_IN_PROGRESS while its partition loads (or
+        before the first load), NOT_COORDINATOR if the partition is not owned here."""
+        partition = self.partition_for(transactional_id)
+        if partition in self._loading or not self._loaded:
+            return ErrorCode.coordinator_load_in_progress
+        if partition not in self._owned:
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
+
+    def start_partitioned(self) -> None:
+        """Cluster mode: partitions are loaded one by one as this broker comes to lead them;
+        until then their ids are NOT_COORDINATOR here."""
+        self._loaded = True
+
+    def begin_loading(self, partition: int) -> None:
+        """Answer COORDINATOR_LOAD_IN_PROGRESS for the partition's ids until it is loaded."""
+        self._check_partition(partition)
+        self._loading.add(partition)
 
     def get(self, transactional_id: str) -> TransactionMetadata | None:
         return self._cache.get(transactional_id)
@@ -122,11 +164,31 @@ class TransactionStateManager:
         return code
 
     def load(self, on_prepared: Callable[[str], None]) -> int:
-        """Rebuild the cache from ``__transaction_state`` (last record per id wins, a
-        tombstone removes it). ``on_prepared`` is called for every transaction found in
-        PrepareCommit/PrepareAbort, whose markers must be written again."""
-        cache: dict[str, TransactionMetadata] = {}
-        for partition in range(self._store.num_partitions):
+        """Single node: load every partition at the default coordinator epoch."""
+        self._loaded = True
+        total = sum(
+            self.load_partition(partition, self.default_coordinator_epoch, on_prepared)
+            for partition in range(self._store.num_partitions)
+        )
+        logger.info(
+            "loaded %d transactional ids from %s (%d partitions)",
+            total, TRANSACTION_STATE_TOPIC, self._store.num_partitions,
+        )
+        return total
+
+    def load_partition(
+        self, partition: int, coordinator_epoch: int, on_prepared: Callable[[str], None]
+    ) -> int:
+        """Rebuild the ids of one ``__transaction_state`` partition from its log (last
+        record per id wins, a tombstone removes it) and own it at ``coordinator_epoch``
+        (Kafka's loadTransactionsForTxnTopicPartition). ``on_prepared`` is called for every
+        transaction found in PrepareCommit/PrepareAbort, whose markers must be written again
+        with the new epoch. Ids the partition held before (an older load) are replaced."""
+        self._check_partition(partition)
+        self._loaded = True
+        self._loading.add(partition)
+        try:
+            loaded: dict[str, TransactionMetadata] = {}
             for key, value in self._store.read(partition):
                 transactional_id = decode_key(key)
                 if transactional_id is None:
@@ -134,27 +196,53 @@ class TransactionStateManager:
                     continue
                 transit = decode_value(value)
                 if transit is None:
-                    cache.pop(transactional_id, None)
+                    loaded.pop(transactional_id, None)
                 else:
-                    cache[transactional_id] = TransactionMetadata.from_transit(
+                    loaded[transactional_id] = TransactionMetadata.from_transit(
                         transactional_id, transit
                     )
-        self._cache = cache
-        self._loaded = True
+        finally:
+            self._loading.discard(partition)
+        self._drop_ids_of(partition)
+        self._cache.update(loaded)
+        self._owned[partition] = coordinator_epoch
         resumed = 0
-        for transactional_id, md in cache.items():
+        for transactional_id, md in loaded.items():
             if md.state.is_prepared:
                 resumed += 1
                 logger.info(
-                    "loaded %r in %s: resuming its markers to %d partitions",
-                    transactional_id, md.state.wire_name, len(md.partitions),
+                    "loaded %r in %s: resuming its markers to %d partitions at coordinator "
+                    "epoch %d", transactional_id, md.state.wire_name, len(md.partitions),
+                    coordinator_epoch,
                 )
                 on_prepared(transactional_id)
         logger.info(
-            "loaded %d transactional ids from %s (%d partitions), %d to complete",
-            len(cache), TRANSACTION_STATE_TOPIC, self._store.num_partitions, resumed,
+            "loaded %s-%d at coordinator epoch %d: %d transactional ids, %d to complete",
+            TRANSACTION_STATE_TOPIC, partition, coordinator_epoch, len(loaded), resumed,
         )
-        return len(cache)
+        return len(loaded)
+
+    def unload_partition(self, partition: int) -> list[str]:
+        """Stop owning a partition (another broker leads it now): forget its ids (Kafka's
+        removeTransactionsForTxnTopicPartition); returns them."""
+        self._loading.discard(partition)
+        epoch = self._owned.pop(partition, None)
+        removed = self._drop_ids_of(partition)
+        logger.info(
+            "unloaded %s-%d (coordinator epoch %s): %d transactional ids dropped",
+            TRANSACTION_STATE_TOPIC, partition, epoch, len(removed),
+        )
+        return removed
+
+    def _drop_ids_of(self, partition: int) -> list[str]:
+        gone = [tid for tid in self._cache if self.partition_for(tid) == partition]
+        for transactional_id in gone:
+            del self._cache[transactional_id]
+        return gone
+
+    def _check_partition(self, partition: int) -> None:
+        if not 0 <= partition < self._store.num_partitions:
+            raise ValueError(f"{TRANSACTION_STATE_TOPIC} has no partition {partition}")
 
     # -------------------------------------------------------------------- sweeps
 
@@ -242,7 +330,7 @@ class TransactionStateManager:
         transactional_id_pattern: str | None = None,
     ) -> ListTransactionsResult:
         """The cached transactions matching every filter (Kafka's listTransactionStates)."""
-        if not self._loaded:
+        if not self.loaded:
             return ListTransactionsResult(ErrorCode.coordinator_load_in_progress)
         states: set[TransactionState] = set()
         unknown: list[str] = []

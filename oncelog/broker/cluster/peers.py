@@ -1,0 +1,60 @@
+"""Connections from this broker to the other brokers of the cluster (broker-to-broker
+requests: WriteTxnMarkers, AddPartitionsToTxn verification), one per peer, reopened when
+the peer's registered endpoint changes or the connection dropped. Brokers tell the
+receiving side who they are with the client id ``oncelog-broker-<id>``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from oncelog.broker.cluster.view import EtcdClusterView
+from oncelog.broker.markers import broker_client_id
+from oncelog.client.aio.connection import BrokerConnection
+
+__all__ = ["PeerConnections", "indexes_by_topic"]
+
+
+class PeerConnections:
+    """One BrokerConnection per live peer of the image."""
+
+    def __init__(self, view: EtcdClusterView, request_timeout_ms: int) -> None:
+        self.view = view
+        self.request_timeout_ms = request_timeout_ms
+        self._connections: dict[int, BrokerConnection] = {}
+
+    async def get(self, node_id: int) -> BrokerConnection:
+        """The connection to ``node_id``; LookupError if it is not a live broker."""
+        endpoint = self.view.broker(node_id)
+        if endpoint is None:
+            raise LookupError(f"broker {node_id} is not registered")
+        conn = self._connections.get(node_id)
+        if conn is not None and conn.connected and (conn.host, conn.port) == (
+            endpoint.host, endpoint.port
+        ):
+            return conn
+        if conn is not None:
+            await conn.close("reconnecting")
+        conn = BrokerConnection(endpoint.host, endpoint.port, node_id=node_id,
+                                client_id=broker_client_id(self.view.node_id),
+                                request_timeout_ms=self.request_timeout_ms)
+        self._connections[node_id] = conn
+        await conn.connect()
+        return conn
+
+    async def drop(self, node_id: int, reason: str) -> None:
+        conn = self._connections.pop(node_id, None)
+        if conn is not None:
+            await conn.close(reason)
+
+    async def close(self) -> None:
+        for node_id in list(self._connections):
+            await self.drop(node_id, "broker stopping")
+
+
+def indexes_by_topic(partitions: Iterable[tuple[str, int]]) -> list[tuple[str, tuple[int, ...]]]:
+    """(topic, partition indexes) for a request's topic list, topics sorted."""
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, index in partitions:
+        by_topic[topic].append(index)
+    return [(topic, tuple(indexes)) for topic, indexes in sorted(by_topic.items())]
