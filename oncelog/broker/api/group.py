@@ -17,18 +17,16 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.api.produce import ask_transaction_coordinator
 from oncelog.broker.cluster_view import GROUP_KEY, TRANSACTION_KEY, coordinator_error
 from oncelog.coordinator.group.results import OffsetFetchEntry, TopicPartition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
-
-if TYPE_CHECKING:
-    from oncelog.coordinator.transaction import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -334,15 +332,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 async def _verify_txn_offsets(ctx: RequestContext, request: Any, partition: int) -> ErrorCode:
     """Is ``__consumer_offsets``-``partition`` in the producer's ongoing transaction? The
-    transaction coordinator's answer, as a TxnOffsetCommit client of this version reads it
-    (Kafka's AddPartitionsToTxnManager does the same translation)."""
-    coordinator = cast("TransactionCoordinator | None", getattr(ctx.services, "transactions", None))
-    if coordinator is None:
+    answer of the id's transaction coordinator — in a cluster often on another broker —
+    as a TxnOffsetCommit client of this version reads it (Kafka's AddPartitionsToTxnManager
+    does the same translation)."""
+    if getattr(ctx.services, "transactions", None) is None:
         log.error("TxnOffsetCommit for group %s: the broker has no transaction coordinator",
                   request.group_id)
         return ErrorCode.coordinator_not_available
     tp = (OFFSETS_TOPIC, partition)
-    answers = await coordinator.handle_add_partitions(
+    answers = await ask_transaction_coordinator(
+        ctx,
         request.transactional_id,
         int(request.producer_id),
         int(request.producer_epoch),
