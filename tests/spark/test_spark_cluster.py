@@ -10,21 +10,27 @@ Spark partition 0 of the ``balances`` query, at the moment every task of micro-b
 connector's ``commit.start`` hold point). That is the hardest moment for the sink: its
 prepared transactions are in doubt and their coordinator disappears; the new leader of that
 partition must load them, keep them prepared (never time them out) and let the driver
-complete them. The broker is started again while the pipeline goes on."""
+complete them. The broker is started again while the pipeline goes on.
+
+The queries' ids (which decide where their transactional ids and progress groups are
+coordinated) are chosen before Spark starts, by writing each checkpoint's ``metadata`` file
+as Spark would: the progress groups are coordinated by brokers that stay up, because the
+group coordinator does not follow ``__consumer_offsets`` leadership yet (h/groupmove)."""
 
 from __future__ import annotations
 
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from examples.payments.verify import verify
-from oncelog.coordinator.transaction import transaction_log_partition
-from oncelog.internal_topics import TRANSACTION_STATE_TOPIC
-from oncelog.spark.progress import query_id_from_metadata, transactional_id
+from oncelog.broker.cluster_view import coordinator_partition
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from oncelog.spark.progress import progress_group, transactional_id
 from tests.support.broker import ConfigValue
 from tests.support.cluster import ClusterProcess, MetadataView
 from tests.support.etcd import EtcdProcess
@@ -37,7 +43,7 @@ CLUSTER_CONFIGS: dict[str, ConfigValue] = {
     "default.replication.factor": 3,
     "min.insync.replicas": 2,
     "transaction.state.log.num.partitions": TXN_PARTITIONS,
-    "offsets.topic.num.partitions": 3,
+    "offsets.topic.num.partitions": TXN_PARTITIONS,
 }
 HOLD_POINT = "commit.start@1"
 
@@ -61,6 +67,27 @@ def fully_replicated(*topics: str) -> Callable[[MetadataView], bool]:
     return check
 
 
+def coordinators(m: MetadataView, query: str, query_id: str) -> tuple[int, int]:
+    """(leader coordinating the query's Spark partition 0, leader of its progress group)."""
+    prefix = f"payments-{query}"
+    txn = coordinator_partition(TXN_PARTITIONS, transactional_id(prefix, query_id, 0))
+    group = coordinator_partition(TXN_PARTITIONS, progress_group(prefix, query_id))
+    return m.topics[TRANSACTION_STATE_TOPIC][txn].leader, m.topics[OFFSETS_TOPIC][group].leader
+
+
+def choose_query_ids(m: MetadataView, checkpoint: Path) -> tuple[str, int]:
+    """Query ids for both queries (written to their checkpoints) such that neither progress
+    group is coordinated by the victim: the leader coordinating balances' partition 0."""
+    ids = (str(uuid.uuid5(uuid.NAMESPACE_OID, f"sparkcluster-{i}")) for i in range(1000))
+    balances = next(q for q in ids if len(set(coordinators(m, "balances", q))) == 2)
+    victim = coordinators(m, "balances", balances)[0]
+    minutes = next(q for q in ids if coordinators(m, "minutes", q)[1] != victim)
+    for name, query_id in (("balances", balances), ("minutes", minutes)):
+        (checkpoint / name).mkdir(parents=True)
+        (checkpoint / name / "metadata").write_text(f'{{"id":"{query_id}"}}\n')
+    return balances, victim
+
+
 def wait_for_file(path: Path, driver: subprocess.Popen[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -78,6 +105,7 @@ def test_pipeline_exactly_once_with_the_sinks_coordinator_killed(
                          TRANSACTION_STATE_TOPIC, "__consumer_offsets"),
         "every partition with three replicas in sync",
     )  # fmt: skip
+    balances_id, victim = choose_query_ids(cluster.metadata(), pipeline.checkpoint)
     hold = tmp_path / "hold"
     hold.mkdir()
     driver = pipeline.start(
@@ -88,13 +116,10 @@ def test_pipeline_exactly_once_with_the_sinks_coordinator_killed(
     except AssertionError:
         raise AssertionError(tail(pipeline.finish(driver, timeout=1))) from None
     # Every task of batch 1 prepared; the driver completes nothing until released.
-    query_id = query_id_from_metadata(
-        (pipeline.checkpoint / "balances" / "metadata").read_text(encoding="utf-8")
-    )
-    txn_id = transactional_id("payments-balances", query_id, 0)
-    index = transaction_log_partition(txn_id, TXN_PARTITIONS)
-    victim = cluster.metadata().topics[TRANSACTION_STATE_TOPIC][index].leader
+    txn_id = transactional_id("payments-balances", balances_id, 0)
     assert txn_id in pipeline.open_transactions(), "batch 1 of partition 0 is not in doubt"
+    assert coordinators(cluster.metadata(), "balances", balances_id)[0] == victim
+    index = coordinator_partition(TXN_PARTITIONS, txn_id)
 
     cluster.kill(victim)
     cluster.wait_until(
