@@ -36,7 +36,14 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOLD_MAX_S", "InjectedFailure", "crash_point", "fail_point", "parse_points"]
+__all__ = [
+    "HOLD_MAX_S",
+    "InjectedFailure",
+    "crash_point",
+    "fail_point",
+    "hold_point",
+    "parse_points",
+]
 
 HOLD_MAX_S = 600.0
 
