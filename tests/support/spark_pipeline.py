@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from examples.payments.generate import create_topics, generate
 from oncelog.client import Admin
@@ -104,18 +105,10 @@ class Pipeline:
         output = self.log_path.read_text(errors="replace")
         return subprocess.CompletedProcess(process.args, code, output, "")
 
-    def run(
-        self,
-        *,
-        crash_at: str = "",
-        fail_at: str = "",
-        queries: str = "balances,minutes",
-        master: str = "local[2]",
-    ) -> subprocess.CompletedProcess[str]:
-        """Run the pipeline's driver until it ends (or is killed); returns its exit and logs."""
-        return self.finish(
-            self.start(crash_at=crash_at, fail_at=fail_at, queries=queries, master=master)
-        )
+    def run(self, **options: Any) -> subprocess.CompletedProcess[str]:
+        """Run the pipeline's driver (``start``'s options) until it ends (or is killed);
+        returns its exit and logs."""
+        return self.finish(self.start(**options))
 
     @property
     def log_path(self) -> Path:
