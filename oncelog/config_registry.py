@@ -267,6 +267,9 @@ _BROKER_KEYS = [
     _key("transaction.state.log.replication.factor", S, 3, "Replication of "
          "__transaction_state (1 on one node); the controller creates it once this many "
          "brokers are alive.", at_least=1),
+    _key("transaction.state.log.min.isr", INT, 2, "min.insync.replicas of "
+         "__transaction_state: the in-sync replicas a transaction log write (acks=-1) "
+         "needs.", at_least=1),
     _key("auto.leader.rebalance.enable", B, True, "Let the controller move leadership back "
          "to each partition's preferred (first) replica when a broker's share of partitions "
          "it prefers but does not lead exceeds leader.imbalance.per.broker.percentage."),

@@ -130,7 +130,9 @@ class Broker:
         local_markers = LocalMarkerWriter(self.partitions, self.groups)
         self.transactions = TransactionCoordinator(
             self.config,
-            InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
+            InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock,
+                               None if self.member is None
+                               else self.member.replication.manager),
             self.producer_ids,  # the one source of producer ids, idempotent ones included
             local_markers if self.member is None
             else ClusterMarkerWriter(self.member.view, local_markers),

@@ -43,11 +43,10 @@ class OffsetsStore(Protocol):
         """Partitions of ``__consumer_offsets`` (offsets.topic.num.partitions)."""
         ...
 
-    def append(self, partition: int, records: list[Record]) -> None:
-        """Durably append key/value records (value None = tombstone) as one batch.
-
-        Returns only once the records are as durable as acks=all makes a produce;
-        raises KafkaError otherwise (nothing of the batch is then visible).
+    def append(self, partition: int, records: list[Record]) -> int:
+        """Durably append key/value records (value None = tombstone) as one batch to the
+        local log; returns the offset the in-sync replicas must reach (the end of the
+        batch). Raises KafkaError otherwise (nothing of the batch is then visible).
         """
         ...
 
@@ -57,7 +56,7 @@ class OffsetsStore(Protocol):
         records: list[Record],
         producer_id: int,
         producer_epoch: int,
-    ) -> None:
+    ) -> int:
         """Durably append the records as one TRANSACTIONAL batch of ``producer_id`` at
         ``producer_epoch`` (base sequence -1), as a TxnOffsetCommit's records are written.
 
@@ -97,9 +96,10 @@ class MemoryOffsetsStore:
         if self.fail_with is not None:
             raise KafkaError(self.fail_with, "injected append failure")
 
-    def append(self, partition: int, records: list[Record]) -> None:
+    def append(self, partition: int, records: list[Record]) -> int:
         self._check(partition)
         self.partitions[partition].extend(StoredRecord(k, v) for k, v in records)
+        return len(self.partitions[partition])
 
     def append_transactional(
         self,
@@ -107,11 +107,12 @@ class MemoryOffsetsStore:
         records: list[Record],
         producer_id: int,
         producer_epoch: int,
-    ) -> None:
+    ) -> int:
         self._check(partition)
         self.partitions[partition].extend(
             StoredRecord(k, v, producer_id, True, None, producer_epoch) for k, v in records
         )
+        return len(self.partitions[partition])
 
     def append_marker(
         self,
