@@ -13,10 +13,10 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.internal_topics import TRANSACTION_STATE_TOPIC
-from tests.cluster.test_coordinator_failover import led, read_committed
 from tests.support.cluster import ClusterProcess, MetadataView
+from tests.support.replicated import in_sync, read_all
 
-TOPIC = "payments"  # read_committed (shared helper) reads this topic
+TOPIC = "payments"
 PARTITIONS = 3
 CONFIGS = {
     "transaction.state.log.num.partitions": 1,  # one coordinator: the partition's leader
@@ -31,9 +31,14 @@ def start(cluster_factory: ClusterFactory, **configs: int) -> tuple[ClusterProce
     cluster = cluster_factory(configs={**CONFIGS, **configs})
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(timeout=30)
-    cluster.wait_until(led(TOPIC, PARTITIONS), "the topic led")
-    view = cluster.wait_until(led(TRANSACTION_STATE_TOPIC, 1), "__transaction_state led")
+    cluster.wait_until(lambda m: in_sync(m, TOPIC, PARTITIONS, 3), "the topic in sync")
+    view = cluster.wait_until(lambda m: in_sync(m, TRANSACTION_STATE_TOPIC, 1, 3),
+                              "__transaction_state in sync")
     return cluster, view
+
+
+def read_committed(cluster: ClusterProcess) -> list[bytes]:
+    return read_all(cluster.bootstrap, TOPIC, PARTITIONS, committed=True)
 
 
 def producer(cluster: ClusterProcess, transactional_id: str) -> Producer:
@@ -63,13 +68,12 @@ def test_commit_answered_then_coordinator_killed_completes_on_the_new_coordinato
         and m.topics[TRANSACTION_STATE_TOPIC][0].leader not in (coordinator, -1),
         "the coordinator's partition moved")
     expected = sorted(f"v{index}".encode() for index in targets)
-    assert sorted(read_committed(cluster.bootstrap, len(targets))) == expected
+    assert sorted(read_committed(cluster)) == expected
     # The new coordinator knows the transaction committed: the producer continues.
     txn.begin_transaction()
     txn.produce(TOPIC, value=b"after", partition=targets[0])
     txn.commit_transaction(60)
-    assert sorted(read_committed(cluster.bootstrap, len(targets) + 1)) == sorted(
-        [*expected, b"after"])
+    assert sorted(read_committed(cluster)) == sorted([*expected, b"after"])
 
 
 def test_end_txn_is_not_a_success_while_the_followers_cannot_have_it(
@@ -101,4 +105,4 @@ def test_end_txn_is_not_a_success_while_the_followers_cannot_have_it(
         lambda m: len(m.topics[TRANSACTION_STATE_TOPIC][0].isr) >= 2,
         "the followers back in the ISR", node_id=coordinator)
     txn.commit_transaction(30)  # the retry commits once the ISR has it
-    assert read_committed(cluster.bootstrap, 1) == [b"held"]
+    assert read_committed(cluster) == [b"held"]
