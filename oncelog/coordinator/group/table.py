@@ -45,6 +45,8 @@ class GroupTable:
         has its own answer for it)."""
         if not self.partitioned or not group_id:
             return ErrorCode.none
+        if not self.owned and not self.loading:  # (the topic may not even exist yet)
+            return ErrorCode.not_coordinator
         partition = self.partition_for(group_id)
         if partition in self.loading:
             return ErrorCode.coordinator_load_in_progress
