@@ -20,7 +20,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.broker.cluster_view import GROUP_KEY, TRANSACTION_KEY, coordinator_error
+from oncelog.broker.cluster_view import (
+    GROUP_KEY,
+    NO_LEADER,
+    TRANSACTION_KEY,
+    coordinator_error,
+)
 from oncelog.coordinator.group.results import (
     NO_LEADER_EPOCH,
     NO_OFFSET,
@@ -361,21 +366,29 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 async def _verify_txn_offsets(ctx: RequestContext, request: Any, partition: int) -> ErrorCode:
     """Is ``__consumer_offsets``-``partition`` in the producer's ongoing transaction? The
-    transaction coordinator's answer, as a TxnOffsetCommit client of this version reads it
-    (Kafka's AddPartitionsToTxnManager does the same translation)."""
+    answer of the transaction coordinator of the transactional id (this broker's, or the
+    one on another broker, asked with AddPartitionsToTxn as Kafka's
+    AddPartitionsToTxnManager does), as a TxnOffsetCommit client of this version reads it."""
+    tp = (OFFSETS_TOPIC, partition)
+    transactional_id = request.transactional_id
+    producer_id, producer_epoch = int(request.producer_id), int(request.producer_epoch)
+    verify_only = ctx.api_version < 5
+    view = ctx.services.cluster
+    leader = view.coordinator(TRANSACTION_KEY, transactional_id).leader
+    verifier = getattr(ctx.services, "txn_verifier", None)
     coordinator = cast("TransactionCoordinator | None", getattr(ctx.services, "transactions", None))
-    if coordinator is None:
+    if leader != view.node_id and verifier is not None:
+        if leader == NO_LEADER:
+            return ErrorCode.coordinator_not_available
+        answers = await verifier.add_or_verify(leader, transactional_id, producer_id,
+                                               producer_epoch, [tp], verify_only=verify_only)
+    elif coordinator is None:
         log.error("TxnOffsetCommit for group %s: the broker has no transaction coordinator",
                   request.group_id)
         return ErrorCode.coordinator_not_available
-    tp = (OFFSETS_TOPIC, partition)
-    answers = await coordinator.handle_add_partitions(
-        request.transactional_id,
-        int(request.producer_id),
-        int(request.producer_epoch),
-        [tp],
-        verify_only=ctx.api_version < 5,
-    )
+    else:
+        answers = await coordinator.handle_add_partitions(
+            transactional_id, producer_id, producer_epoch, [tp], verify_only=verify_only)
     return txn_verification_error(answers.get(tp, ErrorCode.unknown_server_error),
                                   ctx.api_version)
 
@@ -392,6 +405,10 @@ def txn_verification_error(code: ErrorCode, api_version: int) -> ErrorCode:
         # The transaction coordinator's state, not this group coordinator's: a client
         # would look the group coordinator up again for nothing.
         return ErrorCode.coordinator_not_available
+    if code is ErrorCode.network_exception:
+        # The coordinator's broker could not be asked: retried without a coordinator
+        # lookup (Kafka's maybeConvertOffsetCommitError).
+        return ErrorCode.coordinator_load_in_progress
     return code
 
 
