@@ -232,6 +232,8 @@ _BROKER_KEYS = [
          "(1 on one node).", at_least=1),
     _key("offsets.topic.segment.bytes", INT, 104857600, "segment.bytes of "
          "__consumer_offsets.", at_least=1),
+    _key("offsets.commit.timeout.ms", INT, 5000, "How long an offset commit waits for the "
+         "in-sync replicas of its __consumer_offsets partition (cluster mode).", at_least=1),
     _key("offsets.retention.minutes", INT, 10080, "Keep the offsets of an empty group this "
          "long.", at_least=1),
     _key("offset.metadata.max.bytes", INT, 4096, "Largest metadata string of a commit."),

@@ -66,6 +66,14 @@ class OffsetsStore(Protocol):
         """
         ...
 
+    async def wait_for_isr(
+        self, partition: int, required_offset: int, timeout_ms: int
+    ) -> ErrorCode:
+        """Wait until the in-sync replicas hold ``required_offset`` (cluster mode; Kafka
+        appends offset commits with acks=-1): NONE, or the error of an acks=all produce.
+        Returns at once, without suspending, on a single node."""
+        ...
+
     def read(self, partition: int) -> Iterable[Record]:
         """Every data record (not markers) of the partition in offset order."""
         ...
@@ -89,6 +97,7 @@ class MemoryOffsetsStore:
         self.num_partitions = num_partitions
         self.partitions: list[list[StoredRecord]] = [[] for _ in range(num_partitions)]
         self.fail_with: ErrorCode | None = None
+        self.fail_acks: list[ErrorCode] = []  # the next ISR waits answer these
 
     def _check(self, partition: int) -> None:
         if not 0 <= partition < self.num_partitions:
@@ -113,6 +122,11 @@ class MemoryOffsetsStore:
             StoredRecord(k, v, producer_id, True, None, producer_epoch) for k, v in records
         )
         return len(self.partitions[partition])
+
+    async def wait_for_isr(
+        self, partition: int, required_offset: int, timeout_ms: int
+    ) -> ErrorCode:
+        return self.fail_acks.pop(0) if self.fail_acks else ErrorCode.none
 
     def append_marker(
         self,
