@@ -32,16 +32,24 @@ def hold(env: Env) -> asyncio.Event:
     return gate
 
 
+async def commit_held(
+    env: Env,
+) -> tuple[asyncio.Task[EndTxnResult], asyncio.Event, tuple[int, int]]:
+    """Begin a transaction and send EndTxn(commit) with the store's ISR waits held."""
+    identity = await begin(env)
+    gate = hold(env)
+    end = asyncio.create_task(env.coord.handle_end_txn(TXN, *identity, commit=True))
+    await settle()
+    return end, gate, identity
+
+
 def test_end_txn_completes_and_marks_only_after_the_isr_has_prepare_commit(
     tmp_path: Path,
 ) -> None:
     env = make_env(tmp_path)
 
     async def body() -> None:
-        pid, epoch = await begin(env)
-        gate = hold(env)
-        end = asyncio.create_task(env.coord.handle_end_txn(TXN, pid, epoch, commit=True))
-        await settle()
+        end, gate, (pid, epoch) = await commit_held(env)
         md = env.coord.get(TXN)
         assert md is not None
         # PrepareCommit is in the local log, but not yet applied nor acted upon.
@@ -96,10 +104,7 @@ def test_a_partition_unloaded_during_the_wait_answers_not_coordinator(tmp_path: 
     env = make_env(tmp_path)
 
     async def body() -> None:
-        pid, epoch = await begin(env)
-        gate = hold(env)
-        end = asyncio.create_task(env.coord.handle_end_txn(TXN, pid, epoch, commit=True))
-        await settle()
+        end, gate, _ = await commit_held(env)
         env.coord.unload_partition(env.coord.partition_for(TXN))
         gate.set()
         assert (await end).error is E.not_coordinator
@@ -114,10 +119,7 @@ def test_complete_commit_waits_for_the_isr_before_the_transaction_is_complete(
     env = make_env(tmp_path)
 
     async def body() -> None:
-        pid, epoch = await begin(env)
-        prepare_gate = hold(env)
-        end = asyncio.create_task(env.coord.handle_end_txn(TXN, pid, epoch, commit=True))
-        await settle()
+        end, prepare_gate, _ = await commit_held(env)
         assert env.store.acks_waiting == 1 and env.markers.calls == []
         prepare_gate.set()  # the ISR has PrepareCommit ...
         gate = hold(env)  # ... but not (yet) CompleteCommit
