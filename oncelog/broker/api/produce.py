@@ -243,10 +243,25 @@ async def add_or_verify_transaction(
             f"transactional batch of producer {header.producer_id} without a transactional id",
         )
     tp = (topic, partition)
-    answers = await ask_transaction_coordinator(
-        ctx, transactional_id, header.producer_id, header.producer_epoch, [tp],
-        verify_only=ctx.api_version < 12,
-    )
+    view = ctx.services.cluster
+    coordinator = view.coordinator(TRANSACTION_KEY, transactional_id).leader
+    verifier = ctx.services.txn_verifier
+    if coordinator == view.node_id:
+        if ctx.api_version >= 12:
+            answers = await ctx.services.transactions.handle_add_partitions(
+                transactional_id, header.producer_id, header.producer_epoch, [tp]
+            )
+        else:
+            answers = ctx.services.transactions.verify_partitions(
+                transactional_id, header.producer_id, header.producer_epoch, [tp]
+            )
+    elif coordinator == NO_LEADER or verifier is None:
+        answers = {tp: ErrorCode.coordinator_not_available}
+    else:  # Kafka's AddPartitionsToTxnManager: ask the coordinator's broker
+        answers = await verifier.add_or_verify(
+            coordinator, transactional_id, header.producer_id, header.producer_epoch, [tp],
+            verify_only=ctx.api_version < 12,
+        )
     code = answers[tp]
     if code is ErrorCode.none:
         return
@@ -264,40 +279,6 @@ async def add_or_verify_transaction(
         code,
         f"{topic}-{partition}: producer {header.producer_id} epoch {header.producer_epoch} "
         f"is not writing an ongoing transaction of {transactional_id!r} that holds it",
-    )
-
-
-async def ask_transaction_coordinator(
-    ctx: RequestContext,
-    transactional_id: str,
-    producer_id: int,
-    producer_epoch: int,
-    partitions: list[tuple[str, int]],
-    *,
-    verify_only: bool,
-) -> dict[tuple[str, int], ErrorCode]:
-    """The answer of the coordinator of ``transactional_id`` (the leader of its
-    ``__transaction_state`` partition) to adding ``partitions`` to the producer's ongoing
-    transaction, or with ``verify_only`` to whether they are in it: this broker's own
-    coordinator, or another broker's through AddPartitionsToTxn v4 (Kafka's
-    AddPartitionsToTxnManager); never this broker's coordinator for an id it does not own.
-    Used by Produce and by TxnOffsetCommit (for the ``__consumer_offsets`` partition)."""
-    view = ctx.services.cluster
-    coordinator = view.coordinator(TRANSACTION_KEY, transactional_id).leader
-    verifier = ctx.services.txn_verifier
-    if coordinator == view.node_id:
-        if verify_only:
-            return ctx.services.transactions.verify_partitions(
-                transactional_id, producer_id, producer_epoch, partitions
-            )
-        return await ctx.services.transactions.handle_add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions
-        )
-    if coordinator == NO_LEADER or verifier is None:
-        return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-    return await verifier.add_or_verify(
-        coordinator, transactional_id, producer_id, producer_epoch, partitions,
-        verify_only=verify_only,
     )
 
 

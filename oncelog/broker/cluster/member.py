@@ -34,11 +34,10 @@ from oncelog.broker.cluster.view import EtcdClusterView, StoreTopicAdmin
 from oncelog.broker.datadir import load_meta
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import Clock, SystemClock
-from oncelog.cluster.metadata import BrokerRegistration, MetadataImage, MetadataStoreError
+from oncelog.cluster.metadata import BrokerRegistration, MetadataStoreError
 from oncelog.cluster.metadata_store import EtcdMetadataStore
 from oncelog.config import BrokerConfig
 from oncelog.errors import KafkaError
-from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 __all__ = ["ClusterMember", "cluster_mode"]
 
@@ -126,21 +125,6 @@ class ClusterMember:
             log.warning("auto-creation of topic %s failed: %s", name, exc)
         finally:
             self._creating.discard(name)
-
-    async def wait_internal_topics(self) -> bool:
-        """Until both internal topics exist (the controller creates them once enough brokers
-        are registered); whether this broker holds a replica of every partition of them."""
-        names = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
-
-        def ready(image: MetadataImage) -> bool:
-            return all(name in image.topics for name in names)
-
-        image = await self.cache.wait_for(ready)
-        return all(
-            self.registry.find(name, index) is not None
-            for name in names
-            for index in range(image.topics[name].partition_count)
-        )
 
     async def controlled_shutdown(self) -> bool:
         """Ask the controller to move this broker's leaderships away and wait until they

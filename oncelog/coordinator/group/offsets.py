@@ -75,17 +75,34 @@ class OffsetManager:
         self._txn_groups: dict[tuple[int, int], set[str]] = {}
 
     def load(self, loaded: LoadedGroups) -> None:
-        """Take over the offsets side of a replay (the table holds the loaded groups)."""
-        self._log_order = loaded.records
-        now_wall = self._clock.now_ms()
-        self._producer_epochs = {
-            pid: (epoch, now_wall) for pid, epoch in loaded.producer_epochs.items()
-        }
+        """Take over the offsets side of a replay of every partition (the table holds the
+        loaded groups)."""
+        self._log_order = 0
+        self._producer_epochs = {}
         self._txn_groups = {}
-        for group in self._table.groups.values():
-            partition = self._table.partition_for(group.group_id)
+        self.add_loaded(loaded)
+
+    def add_loaded(self, loaded: LoadedGroups) -> None:
+        """Take over the offsets side of a replay of some partitions, whose groups the
+        table now holds: their pending transactional offsets wait for markers here, the
+        producer epochs seen are merged, and later commits are ordered after every replayed
+        record (``log_order`` only compares records of one group, so of one partition)."""
+        self._log_order = max(self._log_order, loaded.records)
+        now_wall = self._clock.now_ms()
+        for pid, epoch in loaded.producer_epochs.items():
+            known = self._producer_epochs.get(pid)
+            if known is None or known[0] < epoch:
+                self._producer_epochs[pid] = (epoch, now_wall)
+        for group_id in loaded.groups:
+            group = self._table.groups[group_id]
+            partition = self._table.partition_for(group_id)
             for producer_id in group.pending_txn_offsets:
-                self._txn_groups.setdefault((partition, producer_id), set()).add(group.group_id)
+                self._txn_groups.setdefault((partition, producer_id), set()).add(group_id)
+
+    def forget_partition(self, partition: int) -> None:
+        """The partition was unloaded: no marker for it completes anything here now."""
+        for key in [k for k in self._txn_groups if k[0] == partition]:
+            del self._txn_groups[key]
 
     # -- OffsetCommit ----------------------------------------------------------------------
 
@@ -186,9 +203,9 @@ class OffsetManager:
         partition = self._table.partition_for(group_id)
         records = [self._table.offset_record(group_id, tp, co) for tp, co in accepted.items()]
         try:
-            self._table.store.append_transactional(
+            self._table.appended(partition, self._table.store.append_transactional(
                 partition, records, producer_id, producer_epoch
-            )
+            ))
         except KafkaError as exc:
             error = translate_store_error(exc.code, StoreWrite.OFFSET_COMMIT)
             log.warning("group %s: transactional offset commit of %r failed: %s",
