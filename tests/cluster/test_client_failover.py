@@ -3,9 +3,9 @@ transactional) and its consumer (a group member reading read_committed) ride thr
 kill -9 of the broker that leads the data partition *and* coordinates the transactional id
 (both moves at once): nothing acknowledged is lost, nothing is written twice, the next
 transaction commits on the new coordinator, and the same consumer goes on from where it was.
-
-The group's coordinator is placed on a broker that stays up: the group coordinator does not
-follow ``__consumer_offsets`` leadership yet (h/groupmove)."""
+The consumer's group is coordinated by that broker too: the group moves with its
+``__consumer_offsets`` partition, and the consumer's offsets commit lands on the new
+coordinator."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from oncelog.broker.cluster_view import coordinator_partition
-from oncelog.client import Admin, Consumer, Producer
+from oncelog.client import Admin, Consumer, Producer, TopicPartition
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import Message
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -79,13 +79,16 @@ def test_producers_and_consumer_ride_through_a_leader_and_coordinator_kill(
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         admin.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
     meta = cluster.wait_until(in_sync(topic), f"{topic} in sync")
-    meta = cluster.wait_until(in_sync(TRANSACTION_STATE_TOPIC), "__transaction_state in sync")
+    meta = cluster.wait_until(
+        lambda m: in_sync(TRANSACTION_STATE_TOPIC)(m) and in_sync(OFFSETS_TOPIC)(m),
+        "internal topics in sync",
+    )
     victim = meta.topics[topic][0].leader
     txn_id = pick("failover-txn", lambda k: coordinator_partition(INTERNAL_PARTITIONS, k),
                   meta.leaders(TRANSACTION_STATE_TOPIC), lambda leader: leader == victim)
     group = pick("failover-group",
                  lambda k: coordinator_partition(INTERNAL_PARTITIONS, k),
-                 meta.leaders(OFFSETS_TOPIC), lambda leader: leader != victim)
+                 meta.leaders(OFFSETS_TOPIC), lambda leader: leader == victim)
 
     idempotent = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                            "acks": "all", "delivery.timeout.ms": 120000})
@@ -103,6 +106,7 @@ def test_producers_and_consumer_ride_through_a_leader_and_coordinator_kill(
         consumer.subscribe([topic])
         seen: list[Message] = []
         consume(consumer, 20, seen)
+        consumer.commit()  # to the group's coordinator, the broker killed next
 
         cluster.kill(victim)
         cluster.wait_until(
@@ -114,7 +118,10 @@ def test_producers_and_consumer_ride_through_a_leader_and_coordinator_kill(
         transactional.commit_transaction(90)
         assert send_all(idempotent, topic, values("d")) == []
         consume(consumer, 40, seen)
-        consumer.commit()
+        consumer.commit()  # to the group's new coordinator
+        tp = TopicPartition(topic, 0)
+        committed = consumer.committed([tp])[tp]
+        assert committed is not None and committed.offset == consumer.position(tp)
     finally:
         for client in (idempotent, transactional, consumer):
             client.close()

@@ -14,8 +14,10 @@ complete them. The broker is started again while the pipeline goes on.
 
 The queries' ids (which decide where their transactional ids and progress groups are
 coordinated) are chosen before Spark starts, by writing each checkpoint's ``metadata`` file
-as Spark would: the progress groups are coordinated by brokers that stay up, because the
-group coordinator does not follow ``__consumer_offsets`` leadership yet (h/groupmove)."""
+as Spark would: the ``balances`` query's progress group is coordinated by the same broker,
+so the group coordinator moves too (the progress the tasks commit inside their transactions,
+and the driver's progress reads, go to the new leader of its ``__consumer_offsets``
+partition)."""
 
 from __future__ import annotations
 
@@ -79,16 +81,15 @@ def coordinators(m: MetadataView, query: str, query_id: str) -> tuple[int, int]:
 
 
 def choose_query_ids(m: MetadataView, checkpoint: Path) -> tuple[str, int]:
-    """Query ids for both queries (written to their checkpoints) such that neither progress
-    group is coordinated by the victim: the leader coordinating balances' partition 0."""
+    """Query ids for both queries (written to their checkpoints), balances' such that one
+    broker, the victim, coordinates its Spark partition 0 and its progress group."""
     ids = (str(uuid.uuid5(uuid.NAMESPACE_OID, f"sparkcluster-{i}")) for i in range(1000))
-    balances = next(q for q in ids if len(set(coordinators(m, "balances", q))) == 2)
-    victim = coordinators(m, "balances", balances)[0]
-    minutes = next(q for q in ids if coordinators(m, "minutes", q)[1] != victim)
+    balances = next(q for q in ids if len(set(coordinators(m, "balances", q))) == 1)
+    minutes = next(ids)
     for name, query_id in (("balances", balances), ("minutes", minutes)):
         (checkpoint / name).mkdir(parents=True)
         (checkpoint / name / "metadata").write_text(f'{{"id":"{query_id}"}}\n')
-    return balances, victim
+    return balances, coordinators(m, "balances", balances)[0]
 
 
 def wait_for_file(path: Path, driver: subprocess.Popen[str], timeout: float) -> None:
@@ -121,16 +122,17 @@ def test_pipeline_exactly_once_with_the_sinks_coordinator_killed(
     # Every task of batch 1 prepared; the driver completes nothing until released.
     txn_id = transactional_id("payments-balances", balances_id, 0)
     assert txn_id in pipeline.open_transactions(), "batch 1 of partition 0 is not in doubt"
-    assert coordinators(cluster.metadata(), "balances", balances_id)[0] == victim
-    index = coordinator_partition(TXN_PARTITIONS, txn_id)
+    assert coordinators(cluster.metadata(), "balances", balances_id) == (victim, victim)
 
     cluster.kill(victim)
     cluster.wait_until(
         lambda m: (
             victim not in m.brokers
-            and m.topics[TRANSACTION_STATE_TOPIC][index].leader not in (victim, -1)
+            and all(
+                leader not in (victim, -1) for leader in coordinators(m, "balances", balances_id)
+            )
         ),
-        f"{TRANSACTION_STATE_TOPIC}-{index} led by another broker than {victim}",
+        f"the coordinators of {txn_id} and its progress moved from broker {victim}",
     )
     (hold / "release-commit.start-1").touch()
     cluster.restart(victim)
