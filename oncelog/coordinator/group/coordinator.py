@@ -52,9 +52,7 @@ from oncelog.coordinator.group.results import (
     JoinResult,
     ListedGroup,
     MemberDescription,
-    OffsetFetchEntry,
     SyncResult,
-    TopicPartition,
 )
 from oncelog.coordinator.group.state import GroupState, parse_state
 from oncelog.coordinator.group.store import OffsetsStore
@@ -90,6 +88,13 @@ class GroupCoordinator:
         self._sync_waiters: dict[_Key, asyncio.Future[SyncResult]] = {}
         self._wakeup = asyncio.Event()
         self._records_loaded = 0
+        # Answered at once, without waiting: the decisions themselves (each checks first
+        # that the group's partition is owned here).
+        self.commit_offsets = self._offsets.commit_offsets
+        self.commit_txn_offsets = self._offsets.commit_txn_offsets
+        self.fetch_offsets = self._offsets.fetch_offsets
+        self.delete_groups = self._offsets.delete_groups
+        self.delete_offsets = self._offsets.delete_offsets
         # The broker's callback once a COMMIT/ABORT marker is durably in an offsets partition
         # (a partition not owned here has no pending offsets: nothing happens).
         self.on_txn_marker = self._offsets.on_txn_marker
@@ -165,64 +170,6 @@ class GroupCoordinator:
         log.info("unloaded __consumer_offsets-%d (coordinator epoch %s): %d groups dropped",
                  partition, epoch, len(gone))
         return len(gone)
-
-    # -- offsets: checked, then decided at once --------------------------------------------
-
-    def commit_offsets(
-        self,
-        group_id: str,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        offsets: Mapping[TopicPartition, OffsetCommitEntry],
-    ) -> dict[TopicPartition, ErrorCode]:
-        if (error := self.check(group_id)) is not ErrorCode.none:
-            return {tp: error for tp in offsets}
-        return self._offsets.commit_offsets(group_id, generation_id, member_id,
-                                            group_instance_id, offsets)
-
-    def commit_txn_offsets(
-        self,
-        transactional_id: str,
-        group_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        offsets: Mapping[TopicPartition, OffsetCommitEntry],
-    ) -> dict[TopicPartition, ErrorCode]:
-        if (error := self.check(group_id)) is not ErrorCode.none:
-            return {tp: error for tp in offsets}
-        return self._offsets.commit_txn_offsets(
-            transactional_id, group_id, producer_id, producer_epoch, generation_id,
-            member_id, group_instance_id, offsets)
-
-    def fetch_offsets(
-        self,
-        group_id: str,
-        partitions: Iterable[TopicPartition] | None,
-        require_stable: bool = False,
-    ) -> dict[TopicPartition, OffsetFetchEntry]:
-        """Committed offsets (see ``OffsetManager.fetch_offsets``); raises KafkaError
-        (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) for the whole group."""
-        if (error := self.check(group_id)) is not ErrorCode.none:
-            raise KafkaError(error, f"group {group_id}")
-        return self._offsets.fetch_offsets(group_id, partitions, require_stable)
-
-    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
-        ids = list(group_ids)
-        errors: dict[str, ErrorCode] = {
-            g: e for g in ids if (e := self.check(g)) is not ErrorCode.none}
-        errors.update(self._offsets.delete_groups(g for g in ids if g not in errors))
-        return errors
-
-    def delete_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition]
-    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        if (error := self.check(group_id)) is not ErrorCode.none:
-            return error, {}
-        return self._offsets.delete_offsets(group_id, partitions)
 
     # -- membership: decisions turned into futures -----------------------------------------
 

@@ -120,6 +120,8 @@ class OffsetManager:
         def every(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return {tp: code for tp in offsets}
 
+        if (error := self._table.check(group_id)) is not ErrorCode.none:
+            return every(error)
         group, created, error = self._group_to_commit_to(group_id, generation_id)
         if group is None:
             return every(error)
@@ -182,6 +184,8 @@ class OffsetManager:
 
         if not group_id:
             return every(ErrorCode.invalid_group_id)
+        if (error := self._table.check(group_id)) is not ErrorCode.none:
+            return every(error)
         if producer_id < 0 or producer_epoch < 0:
             return every(ErrorCode.invalid_producer_id_mapping)
         known = self._producer_epochs.get(producer_id)
@@ -294,7 +298,10 @@ class OffsetManager:
         require_stable: bool = False,
     ) -> dict[TopicPartition, OffsetFetchEntry]:
         """Committed offsets; ``None`` asks for every partition the group has committed.
-        A partition with no commit answers offset -1, epoch -1, metadata "", no error."""
+        A partition with no commit answers offset -1, epoch -1, metadata "", no error.
+        Raises KafkaError (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) for the group."""
+        if (error := self._table.check(group_id)) is not ErrorCode.none:
+            raise KafkaError(error, f"group {group_id}")
         group = self._table.get(group_id)
         if group is None or group.is_(DEAD):
             if partitions is None:
@@ -321,6 +328,9 @@ class OffsetManager:
         """Delete groups without members: tombstones for their offsets and metadata."""
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
+            if (error := self._table.check(group_id)) is not ErrorCode.none:
+                results[group_id] = error
+                continue
             group = self._table.get(group_id)
             if group is None or group.is_(DEAD):
                 results[group_id] = ErrorCode.group_id_not_found
@@ -349,6 +359,8 @@ class OffsetManager:
         members keeps the offsets of the topics its members subscribe to
         (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others. Tombstones go to the offsets
         partition before the offsets leave memory."""
+        if (error := self._table.check(group_id)) is not ErrorCode.none:
+            return error, {}
         wanted = list(dict.fromkeys(partitions))
         group = self._table.get(group_id)
         if group is None or group.is_(DEAD):
