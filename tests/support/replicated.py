@@ -85,12 +85,14 @@ def read_all(bootstrap: str, topic: str, partitions: int, *,
 
 class NumberedStream:
     """An idempotent acks=all confluent-kafka producer writing b"0", b"1", ... from a
-    thread; ``acked`` are the values acknowledged without error."""
+    thread; ``acked`` are the values acknowledged without error. ``configs`` adds to or
+    overrides the producer's settings."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str,
+                 configs: dict[str, str | int] | None = None) -> None:
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-            "linger.ms": 2, "message.timeout.ms": 60000,
+            "linger.ms": 2, "message.timeout.ms": 60000, **(configs or {}),
         })
         self.topic = topic
         self.acked: list[bytes] = []
