@@ -176,7 +176,7 @@ def test_diverged_follower_is_truncated_to_the_unclean_leaders_log(
     first, stale, third = 1, 2, 3
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(
-        topic, replica_assignment=[[first, stale, third]],
+        topic, 1, replica_assignment=[[first, stale, third]],
         config={"unclean.leader.election.enable": "true", "min.insync.replicas": "1"},
     )])[topic].result(timeout=30)
     cluster.wait_until(lambda m: in_sync(m, topic, 1, 3), f"{topic} in sync")
