@@ -45,7 +45,11 @@ def run(minutes: float, base: Path) -> dict[str, object]:
     faults = {"leader_kills": 0, "leader_pauses": 0}
     with ClusterProcess(base, brokers=3, configs=CONFIGS) as cluster:
         topic = create_topic(cluster, PARTITIONS)
-        stream = NumberedStream(cluster.bootstrap, topic)
+        # A paused leader holds requests without answering: give them up after
+        # request.timeout.ms and retry on the new leader (librdkafka's 30 s default would
+        # time messages out); message.timeout.ms leaves room for several faults.
+        stream = NumberedStream(cluster.bootstrap, topic, {"request.timeout.ms": 3000,
+                                                           "message.timeout.ms": 300000})
         deadline = time.monotonic() + minutes * 60
         index = 0
         while time.monotonic() < deadline:
