@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.cluster import ClusterProcess, MetadataView  # noqa: E402
 from tests.support.replicated import (  # noqa: E402
+    PAUSE_TOLERANT_PRODUCER,
     NumberedStream,
     create_topic,
     leader_of,
@@ -45,11 +46,7 @@ def run(minutes: float, base: Path) -> dict[str, object]:
     faults = {"leader_kills": 0, "leader_pauses": 0}
     with ClusterProcess(base, brokers=3, configs=CONFIGS) as cluster:
         topic = create_topic(cluster, PARTITIONS)
-        # A paused leader holds requests without answering: give them up after
-        # request.timeout.ms and retry on the new leader (librdkafka's 30 s default would
-        # time messages out); message.timeout.ms leaves room for several faults.
-        stream = NumberedStream(cluster.bootstrap, topic, {"request.timeout.ms": 3000,
-                                                           "message.timeout.ms": 300000})
+        stream = NumberedStream(cluster.bootstrap, topic, PAUSE_TOLERANT_PRODUCER)
         deadline = time.monotonic() + minutes * 60
         index = 0
         while time.monotonic() < deadline:

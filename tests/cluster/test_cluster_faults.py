@@ -27,6 +27,7 @@ from oncelog.records.codec import RecordInput, encode_batch
 from tests.support.cluster import ClusterProcess
 from tests.support.rawkafka import RawConnection, produce
 from tests.support.replicated import (
+    PAUSE_TOLERANT_PRODUCER,
     NumberedStream,
     create_topic,
     in_sync,
@@ -120,11 +121,7 @@ def test_paused_leader_is_replaced_truncated_and_rejoins(
     topic = create_topic(cluster)
     old = leader_of(cluster, topic)
     others = [n for n in cluster.brokers if n != old]
-    # A paused broker keeps its connections open without answering: requests in flight
-    # to it are given up after request.timeout.ms (librdkafka's 30 s default is longer
-    # than the test), then retried on the new leader.
-    stream = NumberedStream(cluster.bootstrap, topic, {"request.timeout.ms": 3000,
-                                                       "message.timeout.ms": 120000})
+    stream = NumberedStream(cluster.bootstrap, topic, PAUSE_TOLERANT_PRODUCER)
     streams.append(stream)
     reader = CommittedReader(cluster.bootstrap, topic)
     try:

@@ -83,6 +83,15 @@ def read_all(bootstrap: str, topic: str, partitions: int, *,
     return values
 
 
+# Producer settings for faults that pause a broker (SIGSTOP): a paused broker holds its
+# connections open without answering, and librdkafka gives up a request in flight to it
+# only after socket.timeout.ms (60 s by default); request.timeout.ms (the acks wait asked
+# of the broker) stays below it; messages are kept long enough for several faults.
+PAUSE_TOLERANT_PRODUCER: dict[str, str | int] = {
+    "socket.timeout.ms": 5000, "request.timeout.ms": 4000, "message.timeout.ms": 300000,
+}
+
+
 class NumberedStream:
     """An idempotent acks=all confluent-kafka producer writing b"0", b"1", ... from a
     thread; ``acked`` are the values acknowledged without error. ``configs`` adds to or
