@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -28,6 +28,7 @@ from tests.support.cluster import ClusterProcess
 from tests.support.rawkafka import RawConnection, produce
 from tests.support.replicated import (
     PAUSE_TOLERANT_PRODUCER,
+    REPLICATION_CONFIGS,
     NumberedStream,
     create_topic,
     in_sync,
@@ -40,25 +41,10 @@ pytestmark = pytest.mark.integration
 
 ClusterFactory = Callable[..., ClusterProcess]
 
-CONFIGS = {
-    "replica.lag.time.max.ms": 2000,
-    "replica.fetch.backoff.ms": 200,
-    "offsets.topic.num.partitions": 1,
-    "transaction.state.log.num.partitions": 1,
-}
-
 
 @pytest.fixture
 def cluster(cluster_factory: ClusterFactory) -> ClusterProcess:
-    return cluster_factory(3, CONFIGS)
-
-
-@pytest.fixture
-def streams() -> Iterator[list[NumberedStream]]:
-    made: list[NumberedStream] = []
-    yield made
-    for stream in made:
-        stream._stop.set()
+    return cluster_factory(3, REPLICATION_CONFIGS)
 
 
 class CommittedReader:

@@ -83,6 +83,15 @@ def read_all(bootstrap: str, topic: str, partitions: int, *,
     return values
 
 
+# Broker settings of replication tests and the fault run: a lagging follower leaves the
+# ISR within seconds, a refused fetch is retried soon, few internal partitions.
+REPLICATION_CONFIGS: dict[str, str | int] = {
+    "replica.lag.time.max.ms": 2000,
+    "replica.fetch.backoff.ms": 200,
+    "offsets.topic.num.partitions": 2,
+    "transaction.state.log.num.partitions": 2,
+}
+
 # Producer settings for faults that pause a broker (SIGSTOP): a paused broker holds its
 # connections open without answering, and librdkafka gives up a request in flight to it
 # only after socket.timeout.ms (60 s by default); request.timeout.ms (the acks wait asked
