@@ -123,7 +123,8 @@ class Broker:
             self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
         else:  # the controller creates the internal topics; the store hands out ids
             self.producer_ids = self.member.producer_ids
-        store = InternalTopicStore(self.partitions, OFFSETS_TOPIC, self.clock)
+        replication = None if self.member is None else self.member.replication.manager
+        store = InternalTopicStore(self.partitions, OFFSETS_TOPIC, self.clock, replication)
         self.groups = GroupCoordinator(self.config, store, self.clock)
         if self.member is None:
             started = time.monotonic()
@@ -134,7 +135,8 @@ class Broker:
         local_markers = LocalMarkerWriter(self.partitions, self.groups)
         self.transactions = TransactionCoordinator(
             self.config,
-            InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
+            InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock,
+                               replication),
             self.producer_ids,  # the one source of producer ids, idempotent ones included
             local_markers if self.member is None
             else ClusterMarkerWriter(self.member.view, local_markers),

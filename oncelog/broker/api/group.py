@@ -256,6 +256,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             group_instance_id=getattr(request, "group_instance_id", None),
             offsets=known,
         ))
+        errors = await _replicated(ctx.services.groups, request.group_id, errors)
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for tp in order:
         by_topic[tp[0]].append(
@@ -351,6 +352,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             group_instance_id=getattr(request, "group_instance_id", None),
             offsets=offsets,
         )
+        errors = await _replicated(groups, request.group_id, errors)
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for tp in order:
         by_topic[tp[0]].append(
@@ -516,3 +518,16 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
         make(mod.DeletableGroupResult, group_id=name, error_code=errors[name]) for name in names
     )
     return make(mod.DeleteGroupsResponse, throttle_time=0, results=results)
+
+
+async def _replicated(
+    groups: GroupCoordinator, group_id: str, errors: dict[TopicPartition, ErrorCode]
+) -> dict[TopicPartition, ErrorCode]:
+    """A commit's answer waits for the in-sync replicas of its offsets partition (acks=-1):
+    the partitions it committed get the wait's error if the ISR did not acknowledge it."""
+    if ErrorCode.none not in errors.values():
+        return errors
+    code = await groups.wait_offsets_replicated(group_id)
+    if code is ErrorCode.none:
+        return errors
+    return {tp: code if error is ErrorCode.none else error for tp, error in errors.items()}

@@ -57,6 +57,7 @@ from oncelog.coordinator.group.results import (
 from oncelog.coordinator.group.state import GroupState, parse_state
 from oncelog.coordinator.group.store import OffsetsStore
 from oncelog.coordinator.group.table import GroupTable
+from oncelog.coordinator.store_errors import StoreWrite, translate_store_error
 from oncelog.errors import ErrorCode, KafkaError
 
 __all__ = [
@@ -84,6 +85,7 @@ class GroupCoordinator:
         self._table = GroupTable(store, clock)
         self._membership = GroupMembership(config, self._table)
         self._offsets = OffsetManager(config, self._table)
+        self._commit_timeout_ms = int(config["offsets.commit.timeout.ms"])
         self._join_waiters: dict[_Key, asyncio.Future[JoinResult]] = {}
         self._sync_waiters: dict[_Key, asyncio.Future[SyncResult]] = {}
         self._wakeup = asyncio.Event()
@@ -166,10 +168,31 @@ class GroupCoordinator:
             table.drop_group(group, f"unloaded: __consumer_offsets-{partition} is led "
                                     "elsewhere now")
         self._offsets.forget_partition(partition)
+        table.appended_end.pop(partition, None)
         self._answer_waiters({g.group_id for g in gone}, ErrorCode.not_coordinator)
         log.info("unloaded __consumer_offsets-%d (coordinator epoch %s): %d groups dropped",
                  partition, epoch, len(gone))
         return len(gone)
+
+    # -- offsets: the ISR wait before a commit is answered ----------------------------------
+
+    async def wait_offsets_replicated(self, group_id: str) -> ErrorCode:
+        """After a successful (Txn)OffsetCommit, before answering it: wait until the in-sync
+        replicas of the group's offsets partition have its records (Kafka's storeOffsets
+        appends with acks=-1 and ``offsets.commit.timeout.ms``); the translated error
+        (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) otherwise. Immediate on one node."""
+        partition = self._table.partition_for(group_id)
+        end = self._table.appended_end.get(partition)
+        if end is None:
+            return ErrorCode.none
+        code = await self._table.store.wait_for_isr(partition, end, self._commit_timeout_ms)
+        if code is ErrorCode.none:
+            return code
+        answer = translate_store_error(code, StoreWrite.OFFSET_COMMIT)
+        log.warning("group %s: offset commit not acknowledged by the in-sync replicas of "
+                    "__consumer_offsets-%d: %s; answering %s", group_id, partition,
+                    code.name, answer.name)
+        return answer
 
     # -- membership: decisions turned into futures -----------------------------------------
 

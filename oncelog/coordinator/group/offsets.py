@@ -207,9 +207,9 @@ class OffsetManager:
         partition = self._table.partition_for(group_id)
         records = [self._table.offset_record(group_id, tp, co) for tp, co in accepted.items()]
         try:
-            self._table.store.append_transactional(
+            self._table.appended(partition, self._table.store.append_transactional(
                 partition, records, producer_id, producer_epoch
-            )
+            ))
         except KafkaError as exc:
             error = translate_store_error(exc.code, StoreWrite.OFFSET_COMMIT)
             log.warning("group %s: transactional offset commit of %r failed: %s",

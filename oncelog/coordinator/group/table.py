@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 class GroupTable:
     def __init__(self, store: OffsetsStore, clock: Clock) -> None:
+        self.appended_end: dict[int, int] = {}
         self.store = store
         self.clock = clock
         self.groups: dict[str, GroupMetadata] = {}
@@ -86,7 +87,13 @@ class GroupTable:
 
     def append(self, group_id: str, records: list[Record]) -> None:
         """Durably append to the group's offsets partition (raises KafkaError)."""
-        self.store.append(self.partition_for(group_id), records)
+        partition = self.partition_for(group_id)
+        self.appended(partition, self.store.append(partition, records))
+
+    def appended(self, partition: int, end: int) -> None:
+        """Remember the end of the latest local append to ``partition``: the offset an
+        offset commit's answer waits for the in-sync replicas to reach."""
+        self.appended_end[partition] = end
 
     @staticmethod
     def group_record(group: GroupMetadata) -> Record:
