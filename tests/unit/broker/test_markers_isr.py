@@ -122,3 +122,24 @@ def test_marker_not_acknowledged_in_time_is_retried(tmp_path: Path) -> None:
     assert answers == {TP: ErrorCode.request_timed_out}
     assert classify_marker_error(answers[TP]) is MarkerOutcome.RETRY
     assert groups.markers == []
+
+
+def test_lso_does_not_pass_a_transaction_until_its_marker_is_below_the_hw(
+    tmp_path: Path,
+) -> None:
+    """Kafka's unreplicatedTxns: the leader completed the transaction when it appended the
+    marker, but read_committed readers see it only once the ISR has the marker."""
+    manager, partition, writer, _ = _setup(tmp_path)
+    assert partition.high_watermark == 1 and partition.last_stable_offset == 0
+
+    async def scenario() -> dict[tuple[str, int], ErrorCode]:
+        task = asyncio.create_task(writer.write_markers(PID, EPOCH, LEADER_EPOCH, True, [TP]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not partition.has_open_transaction(PID)  # complete on the leader...
+        assert partition.last_stable_offset == 0  # ...but not readable committed yet
+        manager.on_follower_fetch(partition, 1, partition.log_end_offset, 0)
+        return await task
+
+    assert asyncio.run(scenario()) == {TP: ErrorCode.none}
+    assert partition.last_stable_offset == partition.high_watermark == 2
