@@ -183,8 +183,11 @@ class GroupCoordinator:
         handler uses ``handle_commit_offsets``."""
         if (error := self.check(group_id)) is not ErrorCode.none:
             return {tp: error for tp in offsets}
-        return self._offsets.commit_offsets(group_id, generation_id, member_id,
-                                            group_instance_id, offsets)
+        results, pending = self._offsets.prepare_offset_commit(
+            group_id, generation_id, member_id, group_instance_id, offsets)
+        if pending is not None:
+            self._offsets.complete_offset_commit(pending, ErrorCode.none)
+        return results
 
     async def handle_commit_offsets(
         self,

@@ -118,22 +118,6 @@ class OffsetManager:
 
     # -- OffsetCommit ----------------------------------------------------------------------
 
-    def commit_offsets(
-        self,
-        group_id: str,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        offsets: Mapping[TopicPartition, OffsetCommitEntry],
-    ) -> dict[TopicPartition, ErrorCode]:
-        """``prepare_offset_commit`` and its completion at once: for a store whose appends
-        need no acknowledgement (one node, tests)."""
-        results, pending = self.prepare_offset_commit(
-            group_id, generation_id, member_id, group_instance_id, offsets)
-        if pending is not None:
-            self.complete_offset_commit(pending, ErrorCode.none)
-        return results
-
     def prepare_offset_commit(
         self,
         group_id: str,
