@@ -53,6 +53,7 @@ from oncelog.coordinator.group.results import (
     ListedGroup,
     MemberDescription,
     SyncResult,
+    TopicPartition,
 )
 from oncelog.coordinator.group.state import GroupState, parse_state
 from oncelog.coordinator.group.store import OffsetsStore
@@ -92,7 +93,6 @@ class GroupCoordinator:
         self._records_loaded = 0
         # Answered at once, without waiting: the decisions themselves (each checks first
         # that the group's partition is owned here).
-        self.commit_offsets = self._offsets.commit_offsets
         self.commit_txn_offsets = self._offsets.commit_txn_offsets
         self.fetch_offsets = self._offsets.fetch_offsets
         self.delete_groups = self._offsets.delete_groups
@@ -176,8 +176,48 @@ class GroupCoordinator:
 
     # -- offsets: the ISR wait before a commit is answered ----------------------------------
 
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetCommitEntry],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """An OffsetCommit applied at once, without waiting for the in-sync replicas: for a
+        store whose appends need no acknowledgement (tests of the decisions). The API
+        handler uses ``handle_commit_offsets``."""
+        results, pending = self._offsets.prepare_offset_commit(
+            group_id, generation_id, member_id, group_instance_id, offsets)
+        if pending is not None:
+            self._offsets.complete_offset_commit(pending, ErrorCode.none)
+        return results
+
+    async def handle_commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetCommitEntry],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit as Kafka's storeOffsets: checked and appended, its offsets pending
+        (invisible to OffsetFetch) until the in-sync replicas of the group's offsets
+        partition have them, then committed; reverted, and answered the translated error
+        (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR), if they do not within
+        ``offsets.commit.timeout.ms``. On one node the wait returns at once."""
+        results, pending = self._offsets.prepare_offset_commit(
+            group_id, generation_id, member_id, group_instance_id, offsets)
+        if pending is None:
+            return results
+        code = await self._wait_replicated(group_id, pending.partition, pending.end)
+        self._offsets.complete_offset_commit(pending, code)
+        if code is ErrorCode.none:
+            return results
+        return {tp: code if tp in pending.offsets else error for tp, error in results.items()}
+
     async def wait_offsets_replicated(self, group_id: str) -> ErrorCode:
-        """After a successful (Txn)OffsetCommit, before answering it: wait until the in-sync
+        """After a successful TxnOffsetCommit, before answering it: wait until the in-sync
         replicas of the group's offsets partition have its records (Kafka's storeOffsets
         appends with acks=-1 and ``offsets.commit.timeout.ms``); the translated error
         (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) otherwise. Immediate on one node."""
@@ -185,6 +225,9 @@ class GroupCoordinator:
         end = self._table.appended_end.get(partition)
         if end is None:
             return ErrorCode.none
+        return await self._wait_replicated(group_id, partition, end)
+
+    async def _wait_replicated(self, group_id: str, partition: int, end: int) -> ErrorCode:
         code = await self._table.store.wait_for_isr(partition, end, self._commit_timeout_ms)
         if code is ErrorCode.none:
             return code
