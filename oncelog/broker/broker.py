@@ -132,7 +132,7 @@ class Broker:
             _log_load_time(OFFSETS_TOPIC, started)
         else:  # each partition loads when this broker comes to lead it
             self.groups.start_partitioned()
-        local_markers = LocalMarkerWriter(self.partitions, self.groups)
+        local_markers = LocalMarkerWriter(self.partitions, self.groups, replication)
         self.transactions = TransactionCoordinator(
             self.config,
             InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock,

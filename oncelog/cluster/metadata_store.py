@@ -8,8 +8,10 @@ Why etcd, and the key layout: docs/architecture.md ("Cluster") and
   (rounded up to whole seconds, etcd's unit), created with a Txn that requires the key to be
   absent (create revision 0): a live broker with the same id makes ``BrokerIdInUse``. A
   keep-alive task refreshes the lease every ``broker.heartbeat.interval.ms``; if etcd says
-  the lease is gone, ``session_lost`` is set and the task stops (the broker must register
-  again, with a new epoch). The broker epoch is the key's create revision.
+  the lease is gone, ``session_lost`` is set and the task stops: operations that need the
+  lease raise ``SessionLost`` until the broker registers again (``register_broker`` once
+  more: a new lease, a new epoch), as a ZooKeeper-era Kafka broker re-created its ephemeral
+  registration on a new session. The broker epoch is the key's create revision.
 - The controller is the ``controller`` key on the winner's lease (so it disappears with the
   winner's session, as Kafka's ephemeral ``/controller`` znode did); the epoch comes from
   ``controller_epoch``, incremented in the same Txn, which also requires that counter to be
@@ -49,6 +51,7 @@ from oncelog.cluster.metadata import (
     MetadataImage,
     MetadataStoreError,
     PartitionState,
+    SessionLost,
     TopicAssignment,
 )
 from oncelog.cluster.metadata_codec import (
@@ -172,8 +175,15 @@ class EtcdMetadataStore:
         self, operation: str, compare: list[Any], success: list[Any], failure: list[Any]
     ) -> tuple[bool, list[Any]]:
         client = await self._connected()
-        with self._errors(operation):
-            succeeded, responses = await client.transaction(compare, success, failure)
+        try:
+            with self._errors(operation):
+                succeeded, responses = await client.transaction(compare, success, failure)
+        except MetadataStoreError as exc:
+            if "lease not found" in str(exc):  # a put on this broker's lease, now expired
+                self.session_lost.set()
+                raise SessionLost(f"etcd at {self.endpoint}: {operation}: this broker's "
+                                  "lease is gone") from exc
+            raise
         return bool(succeeded), responses
 
     @staticmethod
@@ -202,7 +212,7 @@ class EtcdMetadataStore:
     # -- brokers ------------------------------------------------------------------------------
     async def register_broker(self, registration: BrokerRegistration) -> int:
         client = await self._connected()
-        if self._lease_id is not None:
+        if self._lease_id is not None and not self.session_lost.is_set():
             raise MetadataStoreError(
                 f"etcd at {self.endpoint}: this store already registered a broker"
             )
@@ -224,6 +234,8 @@ class EtcdMetadataStore:
                 f"by a live broker ({self._read_back(responses).value.decode()})"
             )
         epoch = int(self._read_back(responses).create_revision)
+        if self._keepalive is not None:
+            self._keepalive.cancel()  # the lost lease's (it may not have noticed yet)
         self._lease_id = lease.id
         self._registration_key = key
         self.session_lost.clear()
@@ -251,6 +263,8 @@ class EtcdMetadataStore:
                 )
                 continue
             if reply is None or reply.TTL <= 0:
+                if lease_id != self._lease_id:
+                    return  # an older lease; the broker registered again meanwhile
                 logger.error(
                     "lease %x expired at etcd %s: this broker's registration is gone",
                     lease_id, self.endpoint,
@@ -262,6 +276,10 @@ class EtcdMetadataStore:
         if self._lease_id is None:
             raise MetadataStoreError(
                 f"etcd at {self.endpoint}: {operation} needs a registered broker"
+            )
+        if self.session_lost.is_set():
+            raise SessionLost(
+                f"etcd at {self.endpoint}: {operation}: this broker's lease is gone"
             )
         return self._lease_id
 

@@ -75,7 +75,7 @@ def committed(cluster: ClusterProcess, group: str, topic: str, *, stable: bool =
 def wait_replicated_commit(cluster: ClusterProcess, group: str, topic: str,
                            offset: int) -> None:
     """Until the commit of ``offset`` is below the offsets partition's high watermark
-    (every ISR replica has it): a coordinator's append does not wait for the ISR yet."""
+    (every ISR replica has it): the kill comes only after that."""
     reader = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "probe",
                        "enable.auto.commit": False})
     index = codec.partition_for(group, INTERNAL_PARTITIONS)

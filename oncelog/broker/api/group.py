@@ -249,14 +249,13 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     errors = {tp: ErrorCode.unknown_topic_or_partition for tp in unknown}
     known = {tp: entry for tp, entry in offsets.items() if tp not in unknown}
     if known:
-        errors.update(ctx.services.groups.commit_offsets(
+        errors.update(await ctx.services.groups.handle_commit_offsets(
             group_id=request.group_id,
             generation_id=int(request.generation_id_or_member_epoch),
             member_id=request.member_id,
             group_instance_id=getattr(request, "group_instance_id", None),
             offsets=known,
         ))
-        errors = await _replicated(ctx.services.groups, request.group_id, errors)
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for tp in order:
         by_topic[tp[0]].append(
@@ -523,8 +522,9 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
 async def _replicated(
     groups: GroupCoordinator, group_id: str, errors: dict[TopicPartition, ErrorCode]
 ) -> dict[TopicPartition, ErrorCode]:
-    """A commit's answer waits for the in-sync replicas of its offsets partition (acks=-1):
-    the partitions it committed get the wait's error if the ISR did not acknowledge it."""
+    """A TxnOffsetCommit's answer waits for the in-sync replicas of its offsets partition
+    (acks=-1): the partitions it committed get the wait's error if the ISR did not
+    acknowledge it (OffsetCommit waits inside ``GroupCoordinator.handle_commit_offsets``)."""
     if ErrorCode.none not in errors.values():
         return errors
     code = await groups.wait_offsets_replicated(group_id)

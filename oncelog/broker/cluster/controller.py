@@ -29,7 +29,13 @@ from typing import Any, Protocol
 from oncelog.broker.metrics import ControllerStats
 from oncelog.cluster import controller_decisions as decide
 from oncelog.cluster.controller_decisions import PartitionChange, PartitionKey
-from oncelog.cluster.metadata import NO_LEADER, MetadataEvent, MetadataImage, MetadataStore
+from oncelog.cluster.metadata import (
+    NO_LEADER,
+    MetadataEvent,
+    MetadataImage,
+    MetadataStore,
+    SessionLost,
+)
 from oncelog.errors import KafkaError
 from oncelog.internal_topics import InternalTopicSpec, internal_topic_specs
 
@@ -117,7 +123,9 @@ class Controller:
             self._forget_seen_writes()
             if event.kind == "controller":
                 self._check_role(event)
-                await self._maybe_campaign()
+            # Also after a broker event: this broker may have registered again after losing
+            # its session (its campaign then was refused) while nobody holds the role.
+            await self._maybe_campaign()
             if self.is_active:
                 await self.decide()
             async with self._changed:
@@ -132,7 +140,12 @@ class Controller:
     async def _maybe_campaign(self) -> None:
         if self.is_active or self.image.controller is not None:
             return
-        epoch = await self.store.campaign_controller(self.node_id)
+        try:
+            epoch = await self.store.campaign_controller(self.node_id)
+        except SessionLost as exc:
+            log.info("controller: node %d cannot campaign until it registers again: %s",
+                     self.node_id, exc)
+            return
         if epoch is None:
             log.info("controller: node %d lost the campaign", self.node_id)
             return

@@ -16,6 +16,14 @@ the broker waits until the image shows it leads nothing (each attempt bounded by
 attempts, Kafka's ZooKeeper-era names and defaults), then stops. A partition with no other
 ISR member keeps it as leader until the lease goes (as in Kafka). kill -9 leaves the move to
 the session timeout (``broker.session.timeout.ms``).
+
+A lost session (the broker was paused with SIGSTOP, or cut off from etcd, past
+``broker.session.timeout.ms``: etcd dropped its lease, so its registration and any controller
+role are gone and the controller moved its leaderships away) is not the end of the broker:
+it registers again at once under a new lease, with a new broker epoch (as a ZooKeeper-era
+Kafka broker re-created its ``/brokers/ids`` znode on a new session). Meanwhile the watch
+tells it it was replaced: it becomes a follower of the new leaders, truncates what it
+appended alone, and rejoins the ISR once it has caught up.
 """
 
 from __future__ import annotations
@@ -106,7 +114,28 @@ class ClusterMember:
         tasks.create_task(self.cache.follow(), name="metadata-cache")
         tasks.create_task(self.controller.run(), name="controller")
         tasks.create_task(self.producer_ids.run(), name="producer-id-blocks")
+        tasks.create_task(self._stay_registered(), name="broker-registration")
         self.replication.start(tasks)
+
+    async def _stay_registered(self) -> None:
+        """Register again whenever the store reports the session lost (module docstring);
+        a failed attempt is retried every ``broker.heartbeat.interval.ms``."""
+        retry_s = int(self.config["broker.heartbeat.interval.ms"]) / 1000
+        while True:
+            await self.store.session_lost.wait()
+            assert self.registration is not None
+            log.warning("broker %d: session lost (broker epoch %d): registering again",
+                        self.node_id, self.registration.epoch)
+            while self.store.session_lost.is_set():
+                try:
+                    epoch = await self.store.register_broker(self.registration)
+                except MetadataStoreError as exc:
+                    log.warning("broker %d: registering again failed: %s; retrying in %.1fs",
+                                self.node_id, exc, retry_s)
+                    await asyncio.sleep(retry_s)
+                    continue
+                self.registration = dataclasses.replace(self.registration, epoch=epoch)
+                log.info("broker %d registered again, broker epoch %d", self.node_id, epoch)
 
     def _auto_create(self, name: str) -> None:
         """auto.create.topics.enable: create ``name`` with the broker defaults, once."""

@@ -52,7 +52,6 @@ from oncelog.coordinator.group.results import (
     JoinResult,
     ListedGroup,
     MemberDescription,
-    OffsetFetchEntry,
     SyncResult,
     TopicPartition,
 )
@@ -92,6 +91,12 @@ class GroupCoordinator:
         self._sync_waiters: dict[_Key, asyncio.Future[SyncResult]] = {}
         self._wakeup = asyncio.Event()
         self._records_loaded = 0
+        # Answered at once, without waiting: the decisions themselves (each checks first
+        # that the group's partition is owned here).
+        self.commit_txn_offsets = self._offsets.commit_txn_offsets
+        self.fetch_offsets = self._offsets.fetch_offsets
+        self.delete_groups = self._offsets.delete_groups
+        self.delete_offsets = self._offsets.delete_offsets
         # The broker's callback once a COMMIT/ABORT marker is durably in an offsets partition
         # (a partition not owned here has no pending offsets: nothing happens).
         self.on_txn_marker = self._offsets.on_txn_marker
@@ -163,12 +168,13 @@ class GroupCoordinator:
             table.drop_group(group, f"unloaded: __consumer_offsets-{partition} is led "
                                     "elsewhere now")
         self._offsets.forget_partition(partition)
+        table.appended_end.pop(partition, None)
         self._answer_waiters({g.group_id for g in gone}, ErrorCode.not_coordinator)
         log.info("unloaded __consumer_offsets-%d (coordinator epoch %s): %d groups dropped",
                  partition, epoch, len(gone))
         return len(gone)
 
-    # -- offsets: checked, then decided at once --------------------------------------------
+    # -- offsets: the ISR wait before a commit is answered ----------------------------------
 
     def commit_offsets(
         self,
@@ -178,13 +184,40 @@ class GroupCoordinator:
         group_instance_id: str | None,
         offsets: Mapping[TopicPartition, OffsetCommitEntry],
     ) -> dict[TopicPartition, ErrorCode]:
-        if (error := self.check(group_id)) is not ErrorCode.none:
-            return {tp: error for tp in offsets}
-        return self._offsets.commit_offsets(group_id, generation_id, member_id,
-                                            group_instance_id, offsets)
+        """An OffsetCommit applied at once, without waiting for the in-sync replicas: for a
+        store whose appends need no acknowledgement (tests of the decisions). The API
+        handler uses ``handle_commit_offsets``."""
+        results, pending = self._offsets.prepare_offset_commit(
+            group_id, generation_id, member_id, group_instance_id, offsets)
+        if pending is not None:
+            self._offsets.complete_offset_commit(pending, ErrorCode.none)
+        return results
+
+    async def handle_commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetCommitEntry],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit as Kafka's storeOffsets: checked and appended, its offsets pending
+        (invisible to OffsetFetch) until the in-sync replicas of the group's offsets
+        partition have them, then committed; reverted, and answered the translated error
+        (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR), if they do not within
+        ``offsets.commit.timeout.ms``. On one node the wait returns at once."""
+        results, pending = self._offsets.prepare_offset_commit(
+            group_id, generation_id, member_id, group_instance_id, offsets)
+        if pending is None:
+            return results
+        code = await self._wait_replicated(group_id, pending.partition, pending.end)
+        self._offsets.complete_offset_commit(pending, code)
+        if code is ErrorCode.none:
+            return results
+        return {tp: code if tp in pending.offsets else error for tp, error in results.items()}
 
     async def wait_offsets_replicated(self, group_id: str) -> ErrorCode:
-        """After a successful (Txn)OffsetCommit, before answering it: wait until the in-sync
+        """After a successful TxnOffsetCommit, before answering it: wait until the in-sync
         replicas of the group's offsets partition have its records (Kafka's storeOffsets
         appends with acks=-1 and ``offsets.commit.timeout.ms``); the translated error
         (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) otherwise. Immediate on one node."""
@@ -192,6 +225,9 @@ class GroupCoordinator:
         end = self._table.appended_end.get(partition)
         if end is None:
             return ErrorCode.none
+        return await self._wait_replicated(group_id, partition, end)
+
+    async def _wait_replicated(self, group_id: str, partition: int, end: int) -> ErrorCode:
         code = await self._table.store.wait_for_isr(partition, end, self._commit_timeout_ms)
         if code is ErrorCode.none:
             return code
@@ -200,49 +236,6 @@ class GroupCoordinator:
                     "__consumer_offsets-%d: %s; answering %s", group_id, partition,
                     code.name, answer.name)
         return answer
-
-    def commit_txn_offsets(
-        self,
-        transactional_id: str,
-        group_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        offsets: Mapping[TopicPartition, OffsetCommitEntry],
-    ) -> dict[TopicPartition, ErrorCode]:
-        if (error := self.check(group_id)) is not ErrorCode.none:
-            return {tp: error for tp in offsets}
-        return self._offsets.commit_txn_offsets(
-            transactional_id, group_id, producer_id, producer_epoch, generation_id,
-            member_id, group_instance_id, offsets)
-
-    def fetch_offsets(
-        self,
-        group_id: str,
-        partitions: Iterable[TopicPartition] | None,
-        require_stable: bool = False,
-    ) -> dict[TopicPartition, OffsetFetchEntry]:
-        """Committed offsets (see ``OffsetManager.fetch_offsets``); raises KafkaError
-        (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) for the whole group."""
-        if (error := self.check(group_id)) is not ErrorCode.none:
-            raise KafkaError(error, f"group {group_id}")
-        return self._offsets.fetch_offsets(group_id, partitions, require_stable)
-
-    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
-        ids = list(group_ids)
-        errors: dict[str, ErrorCode] = {
-            g: e for g in ids if (e := self.check(g)) is not ErrorCode.none}
-        errors.update(self._offsets.delete_groups(g for g in ids if g not in errors))
-        return errors
-
-    def delete_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition]
-    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        if (error := self.check(group_id)) is not ErrorCode.none:
-            return error, {}
-        return self._offsets.delete_offsets(group_id, partitions)
 
     # -- membership: decisions turned into futures -----------------------------------------
 

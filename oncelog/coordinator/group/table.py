@@ -85,10 +85,13 @@ class GroupTable:
 
     # -- records ---------------------------------------------------------------------------
 
-    def append(self, group_id: str, records: list[Record]) -> None:
-        """Durably append to the group's offsets partition (raises KafkaError)."""
+    def append(self, group_id: str, records: list[Record]) -> int:
+        """Durably append to the group's offsets partition (raises KafkaError); the offset
+        the in-sync replicas must reach."""
         partition = self.partition_for(group_id)
-        self.appended(partition, self.store.append(partition, records))
+        end = self.store.append(partition, records)
+        self.appended(partition, end)
+        return end
 
     def appended(self, partition: int, end: int) -> None:
         """Remember the end of the latest local append to ``partition``: the offset an
