@@ -33,6 +33,7 @@ from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.codec import partition_for as group_partition_for
 from oncelog.coordinator.producer_ids import ProducerIdSource
+from oncelog.faults import crash_point
 from oncelog.coordinator.transaction.decisions import decide_end, decide_init
 from oncelog.coordinator.transaction.marker_channel import (
     MarkerWriter,
@@ -430,6 +431,7 @@ class TransactionCoordinator:
             transactional_id, outcome.state.wire_name, outcome.producer_id,
             outcome.producer_epoch, len(outcome.partitions),
         )
+        crash_point("txn.prepared.before_markers")
         self._channel.start(transactional_id)
         await self._channel.wait(transactional_id)
         if outcome.next_producer_id >= 0:
