@@ -33,7 +33,6 @@ from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.codec import partition_for as group_partition_for
 from oncelog.coordinator.producer_ids import ProducerIdSource
-from oncelog.faults import crash_point
 from oncelog.coordinator.transaction.decisions import decide_end, decide_init
 from oncelog.coordinator.transaction.marker_channel import (
     MarkerWriter,
@@ -61,6 +60,7 @@ from oncelog.coordinator.transaction.state_manager import (
 )
 from oncelog.coordinator.transaction.store import TxnLogStore
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.faults import crash_point
 from oncelog.internal_topics import OFFSETS_TOPIC
 
 logger = logging.getLogger(__name__)
