@@ -129,3 +129,41 @@ def test_leader_cut_from_its_followers_shrinks_its_isr_and_refuses_acks_all(
     assert b"only-on-the-leader" not in values  # refused before the append
     assert len(values) == len(set(values)), "a record is in the log twice"
     assert set(acked) <= set(values), "an acknowledged record is lost"
+
+
+def test_leader_cut_from_etcd_stops_leading_and_comes_back_as_a_follower(
+    cluster: ClusterProcess,
+) -> None:
+    network = cluster.network
+    assert network is not None
+    controller = cluster.metadata().controller_id
+    leader = next(n for n in cluster.brokers if n != controller)
+    others = [n for n in cluster.brokers if n != leader]
+    with cluster.reach():
+        topic = create_topic(cluster, assignment=[[leader, *others]])
+    before = cluster.metadata().topics[topic][0]
+    assert before.leader == leader
+    acked = produce_acked(cluster, topic, [b"before-%d" % i for i in range(20)])
+
+    network.cut(cluster.host(leader), ETCD_HOST)
+    moved = cluster.wait_until(
+        lambda m: leader not in m.brokers and m.topics[topic][0].leader in others
+        and m.topics[topic][0].leader_epoch > before.leader_epoch,
+        f"the leadership of {topic} moved away from broker {leader}", node_id=others[0])
+    # Its session is lost: the cut broker stopped leading before the controller could move
+    # anything, so the two leaders never take writes at the same time (acks=1 included).
+    assert produce_to(cluster, leader, topic, b"late-1", acks=1) == \
+        ErrorCode.not_leader_or_follower
+    assert produce_to(cluster, leader, topic, b"late-all") == ErrorCode.not_leader_or_follower
+    acked += produce_acked(cluster, topic, [b"during-%d" % i for i in range(20)])
+
+    network.heal(cluster.host(leader), ETCD_HOST)
+    # It registers again (a new broker epoch), follows the new leader and rejoins the ISR.
+    cluster.wait_until(lambda m: leader in m.brokers and in_sync(m, topic, 1, 3)
+                       and m.topics[topic][0].leader == moved.topics[topic][0].leader,
+                       f"broker {leader} back in the ISR of {topic}")
+    with cluster.reach():
+        values = read_all(cluster.bootstrap, topic, 1, committed=True)
+    assert not {b"late-1", b"late-all"} & set(values)
+    assert len(values) == len(set(values)), "a record is in the log twice"
+    assert set(acked) <= set(values), "an acknowledged record is lost"

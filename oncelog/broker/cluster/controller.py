@@ -29,7 +29,13 @@ from typing import Any, Protocol
 from oncelog.broker.metrics import ControllerStats
 from oncelog.cluster import controller_decisions as decide
 from oncelog.cluster.controller_decisions import PartitionChange, PartitionKey
-from oncelog.cluster.metadata import NO_LEADER, MetadataEvent, MetadataImage, MetadataStore
+from oncelog.cluster.metadata import (
+    NO_LEADER,
+    MetadataEvent,
+    MetadataImage,
+    MetadataStore,
+    MetadataStoreError,
+)
 from oncelog.errors import KafkaError
 from oncelog.internal_topics import InternalTopicSpec, internal_topic_specs
 
@@ -129,10 +135,25 @@ class Controller:
         if event.deleted or event.controller != (self.node_id, self.epoch):
             self._resign(f"the controller key is now {event.controller}")
 
+    def on_session_lost(self) -> None:
+        """This broker's session is lost: its controller key went (or goes) with the lease,
+        so it stops acting at once (Kafka's controller resignation on session expiry)."""
+        self._resign("the broker's session is lost")
+
+    async def on_registered(self) -> None:
+        """This broker registered again: campaign if nobody holds the role."""
+        await self._maybe_campaign()
+        async with self._changed:
+            self._changed.notify_all()
+
     async def _maybe_campaign(self) -> None:
         if self.is_active or self.image.controller is not None:
             return
-        epoch = await self.store.campaign_controller(self.node_id)
+        try:
+            epoch = await self.store.campaign_controller(self.node_id)
+        except MetadataStoreError as exc:  # no session now: campaign once registered again
+            log.info("controller: node %d cannot campaign: %s", self.node_id, exc)
+            return
         if epoch is None:
             log.info("controller: node %d lost the campaign", self.node_id)
             return

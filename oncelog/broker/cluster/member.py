@@ -16,6 +16,15 @@ the broker waits until the image shows it leads nothing (each attempt bounded by
 attempts, Kafka's ZooKeeper-era names and defaults), then stops. A partition with no other
 ISR member keeps it as leader until the lease goes (as in Kafka). kill -9 leaves the move to
 the session timeout (``broker.session.timeout.ms``).
+
+A lost session (the store's ``session_lost``: etcd unreachable for the lease's TTL, or the
+lease expired) fences the broker until it is registered again (``_keep_session``): its
+replicas stop leading (``ReplicaRoles.fenced``; produce answers NOT_LEADER_OR_FOLLOWER and
+the transaction coordinator unloads its partitions) and its controller resigns, since the
+controller is moving its leaderships away meanwhile; then it registers again every
+``broker.heartbeat.interval.ms`` until etcd takes it (a new broker epoch), waits until its
+image shows that registration (the watch is live again) and takes the image's roles back.
+As Kafka: a broker whose session expired registers again and is a new incarnation.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from oncelog.broker.cluster.controller import Controller, ControllerSettings
@@ -34,7 +44,12 @@ from oncelog.broker.cluster.view import EtcdClusterView, StoreTopicAdmin
 from oncelog.broker.datadir import load_meta
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import Clock, SystemClock
-from oncelog.cluster.metadata import BrokerRegistration, MetadataImage, MetadataStoreError
+from oncelog.cluster.metadata import (
+    BrokerIdInUse,
+    BrokerRegistration,
+    MetadataImage,
+    MetadataStoreError,
+)
 from oncelog.cluster.metadata_store import EtcdMetadataStore
 from oncelog.config import BrokerConfig
 from oncelog.errors import KafkaError
@@ -43,6 +58,8 @@ from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 __all__ = ["ClusterMember", "cluster_mode"]
 
 log = logging.getLogger(__name__)
+
+_NOBODY = BrokerRegistration(-1, "", 0)
 
 
 def cluster_mode(config: BrokerConfig) -> bool:
@@ -107,7 +124,45 @@ class ClusterMember:
         tasks.create_task(self.cache.follow(), name="metadata-cache")
         tasks.create_task(self.controller.run(), name="controller")
         tasks.create_task(self.producer_ids.run(), name="producer-id-blocks")
+        tasks.create_task(self._keep_session(), name="broker-session")
         self.replication.start(tasks)
+
+    async def _keep_session(self) -> None:
+        """Fence this broker whenever its session is lost and lift the fence once it is
+        registered again (module docstring)."""
+        while True:
+            await self.store.session_lost.wait()
+            led = self.roles.led()
+            self.roles.fenced = True
+            self.controller.on_session_lost()
+            self.cache.renotify()
+            log.warning("broker %d: session lost; fenced (stopped leading %d partitions) "
+                        "until registered again", self.node_id, len(led))
+            epoch = await self._register_again()
+            await self.cache.wait_for(self._registered_at(epoch))
+            self.roles.fenced = False
+            self.cache.renotify()
+            log.info("broker %d: registered again at broker epoch %d; fence lifted",
+                     self.node_id, epoch)
+            await self.controller.on_registered()
+
+    def _registered_at(self, epoch: int) -> Callable[[MetadataImage], bool]:
+        return lambda image: image.brokers.get(self.node_id, _NOBODY).epoch == epoch
+
+    async def _register_again(self) -> int:
+        assert self.registration is not None
+        registration = dataclasses.replace(self.registration, epoch=-1)
+        backoff_s = int(self.config["broker.heartbeat.interval.ms"]) / 1000
+        while True:
+            try:
+                epoch = await self.store.register_broker(registration)
+            except (BrokerIdInUse, MetadataStoreError) as exc:
+                log.info("broker %d: registering again failed (%s); retrying in %.1fs",
+                         self.node_id, exc, backoff_s)
+                await asyncio.sleep(backoff_s)
+                continue
+            self.registration = dataclasses.replace(registration, epoch=epoch)
+            return epoch
 
     def _auto_create(self, name: str) -> None:
         """auto.create.topics.enable: create ``name`` with the broker defaults, once."""
