@@ -19,10 +19,10 @@ a deadline.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
-import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import Producer
@@ -30,6 +30,8 @@ from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, 
 from kio.schema.types import TopicName
 from kio.static.primitive import Records, i16, i32, i32Timedelta
 
+from oncelog.cluster.metadata import MetadataImage
+from oncelog.cluster.metadata_store import EtcdMetadataStore, parse_endpoints
 from oncelog.errors import ErrorCode
 from oncelog.records.codec import RecordInput, encode_batch
 from tests.support.cluster import CLIENT_HOST, ETCD_HOST, ClusterProcess
@@ -47,6 +49,7 @@ CONFIGS = {
     "transaction.state.log.num.partitions": 1,
 }
 KEEP = (ETCD_HOST, CLIENT_HOST)
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -90,11 +93,26 @@ def produce_to(cluster: ClusterProcess, node_id: int, topic: str, value: bytes,
     return int(response.responses[0].partition_responses[0].error_code)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f}s"
-        time.sleep(0.1)  # polling a condition with a deadline, not synchronisation
+def with_store(cluster: ClusterProcess,
+               action: Callable[[EtcdMetadataStore], Awaitable[T]]) -> T:
+    """``action`` on a metadata store of our own, talking to the cluster's etcd from host
+    ``client`` (the whole coroutine runs there, so gRPC's sockets are made there)."""
+    assert cluster.etcd is not None
+    endpoints = parse_endpoints(cluster.etcd.endpoint)
+
+    async def run() -> T:
+        store = EtcdMetadataStore(endpoints, prefix=cluster.prefix)
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+
+    with cluster.reach():
+        return asyncio.run(run())
+
+
+def etcd_image(cluster: ClusterProcess) -> MetadataImage:
+    return with_store(cluster, lambda store: store.load())
 
 
 def test_leader_cut_from_its_followers_shrinks_its_isr_and_refuses_acks_all(
@@ -167,3 +185,40 @@ def test_leader_cut_from_etcd_stops_leading_and_comes_back_as_a_follower(
     assert not {b"late-1", b"late-all"} & set(values)
     assert len(values) == len(set(values)), "a record is in the log twice"
     assert set(acked) <= set(values), "an acknowledged record is lost"
+
+
+def test_controller_cut_from_everything_is_replaced_and_its_writes_are_refused(
+    cluster: ClusterProcess,
+) -> None:
+    network = cluster.network
+    assert network is not None
+    with cluster.reach():
+        topic = create_topic(cluster)
+    before = etcd_image(cluster).controller
+    assert before is not None
+    old, old_epoch = before
+    others = [n for n in cluster.brokers if n != old]
+
+    network.isolate(cluster.host(old), keep=())
+    cluster.wait_until(lambda m: m.controller_id in others and old not in m.brokers
+                       and m.topics[topic][0].leader in others,
+                       f"a controller other than broker {old}", node_id=others[0])
+    image = etcd_image(cluster)
+    assert image.controller is not None
+    new, new_epoch = image.controller
+    assert new in others and new_epoch > old_epoch
+    # The old controller's write, on the partition's current version (nobody touched it
+    # since): etcd refuses it because the controller key is not the old controller's.
+    current = image.partitions[(topic, 0)]
+    written = with_store(cluster, lambda store: store.compare_and_set_partition(
+        topic, 0, current.state.with_leader(old, (old,), old_epoch), current.version,
+        as_controller=(old, old_epoch)))
+    assert written is None
+    assert etcd_image(cluster).partitions[(topic, 0)] == current
+
+    network.heal_all()
+    # The old controller's broker lived through it, registered again and follows.
+    cluster.wait_until(lambda m: old in m.brokers and m.controller_id == new
+                       and in_sync(m, topic, 1, 3), f"broker {old} back, {new} controller")
+    assert cluster.brokers[old].is_running
+    assert etcd_image(cluster).controller == (new, new_epoch)
