@@ -79,6 +79,21 @@ def test_role_changes_apply_once_per_leader_epoch(tmp_path: Path) -> None:
     assert roles.led() == [("t", 2)]
 
 
+def test_fenced_broker_leads_nothing_until_unfenced(tmp_path: Path) -> None:
+    registry, roles, hooks = setup(tmp_path)
+    image = image_with(TOPIC, {0: (1, 3), 2: (3, 0)})
+    roles.reconcile(image)
+    roles.fenced = True  # the session is lost: the image may be stale
+    roles.reconcile(image)
+    assert hooks.calls[2:] == [("follower", "t-0", -1), ("follower", "t-2", -1)]
+    assert not registry.get("t", 0).log.is_leader and registry.get("t", 0).leader_epoch == 3
+    assert roles.led() == []
+    roles.fenced = False  # registered again: the image's roles come back
+    roles.reconcile(image)
+    assert hooks.calls[4:] == [("leader", "t-0", 3), ("follower", "t-2", 3)]
+    assert registry.get("t", 0).log.is_leader and roles.led() == [("t", 0)]
+
+
 def test_deleted_topic_removes_replicas_and_catalog_entry(tmp_path: Path) -> None:
     registry, roles, hooks = setup(tmp_path)
     roles.reconcile(image_with(TOPIC, {0: (1, 0), 2: (3, 0)}))
