@@ -35,6 +35,7 @@ from oncelog.cluster.metadata_store import EtcdMetadataStore, parse_endpoints
 from oncelog.errors import ErrorCode
 from oncelog.records.codec import RecordInput, encode_batch
 from tests.support.cluster import CLIENT_HOST, ETCD_HOST, ClusterProcess
+from tests.support.netns import Network
 from tests.support.rawkafka import RawConnection
 from tests.support.replicated import create_topic, in_sync, read_all
 
@@ -93,6 +94,23 @@ def produce_to(cluster: ClusterProcess, node_id: int, topic: str, value: bytes,
     return int(response.responses[0].partition_responses[0].error_code)
 
 
+def new_topic(cluster: ClusterProcess, assignment: list[list[int]] | None = None) -> str:
+    """An rf=3 topic of one partition, min.insync.replicas=2, fully in sync."""
+    with cluster.reach():
+        return create_topic(cluster, assignment=assignment)
+
+
+def check_log(cluster: ClusterProcess, topic: str, acked: list[bytes], *,
+              never: list[bytes], committed: bool = False) -> None:
+    """Partition 0 of ``topic`` read to its end from host ``client``: every acknowledged
+    value once, none of ``never``."""
+    with cluster.reach():
+        values = read_all(cluster.bootstrap, topic, 1, committed=committed)
+    assert not set(never) & set(values), "a refused write is in the log"
+    assert len(values) == len(set(values)), "a record is in the log twice"
+    assert set(acked) <= set(values), "an acknowledged record is lost"
+
+
 def with_store(cluster: ClusterProcess,
                action: Callable[[EtcdMetadataStore], Awaitable[T]]) -> T:
     """``action`` on a metadata store of our own, talking to the cluster's etcd from host
@@ -116,12 +134,9 @@ def etcd_image(cluster: ClusterProcess) -> MetadataImage:
 
 
 def test_leader_cut_from_its_followers_shrinks_its_isr_and_refuses_acks_all(
-    cluster: ClusterProcess,
+    cluster: ClusterProcess, network: Network
 ) -> None:
-    network = cluster.network
-    assert network is not None
-    with cluster.reach():
-        topic = create_topic(cluster)
+    topic = new_topic(cluster)
     leader = cluster.metadata().topics[topic][0].leader
     acked = produce_acked(cluster, topic, [b"before-%d" % i for i in range(20)])
 
@@ -142,23 +157,16 @@ def test_leader_cut_from_its_followers_shrinks_its_isr_and_refuses_acks_all(
     network.heal_all()
     cluster.wait_until(lambda m: in_sync(m, topic, 1, 3), "the followers back in the ISR")
     acked += produce_acked(cluster, topic, [b"after-%d" % i for i in range(20)])
-    with cluster.reach():
-        values = read_all(cluster.bootstrap, topic, 1)
-    assert b"only-on-the-leader" not in values  # refused before the append
-    assert len(values) == len(set(values)), "a record is in the log twice"
-    assert set(acked) <= set(values), "an acknowledged record is lost"
+    check_log(cluster, topic, acked, never=[b"only-on-the-leader"])  # refused before append
 
 
 def test_leader_cut_from_etcd_stops_leading_and_comes_back_as_a_follower(
-    cluster: ClusterProcess,
+    cluster: ClusterProcess, network: Network
 ) -> None:
-    network = cluster.network
-    assert network is not None
     controller = cluster.metadata().controller_id
     leader = next(n for n in cluster.brokers if n != controller)
     others = [n for n in cluster.brokers if n != leader]
-    with cluster.reach():
-        topic = create_topic(cluster, assignment=[[leader, *others]])
+    topic = new_topic(cluster, [[leader, *others]])
     before = cluster.metadata().topics[topic][0]
     assert before.leader == leader
     acked = produce_acked(cluster, topic, [b"before-%d" % i for i in range(20)])
@@ -180,20 +188,13 @@ def test_leader_cut_from_etcd_stops_leading_and_comes_back_as_a_follower(
     cluster.wait_until(lambda m: leader in m.brokers and in_sync(m, topic, 1, 3)
                        and m.topics[topic][0].leader == moved.topics[topic][0].leader,
                        f"broker {leader} back in the ISR of {topic}")
-    with cluster.reach():
-        values = read_all(cluster.bootstrap, topic, 1, committed=True)
-    assert not {b"late-1", b"late-all"} & set(values)
-    assert len(values) == len(set(values)), "a record is in the log twice"
-    assert set(acked) <= set(values), "an acknowledged record is lost"
+    check_log(cluster, topic, acked, never=[b"late-1", b"late-all"], committed=True)
 
 
 def test_controller_cut_from_everything_is_replaced_and_its_writes_are_refused(
-    cluster: ClusterProcess,
+    cluster: ClusterProcess, network: Network
 ) -> None:
-    network = cluster.network
-    assert network is not None
-    with cluster.reach():
-        topic = create_topic(cluster)
+    topic = new_topic(cluster)
     before = etcd_image(cluster).controller
     assert before is not None
     old, old_epoch = before
