@@ -181,6 +181,8 @@ def test_leader_cut_from_etcd_stops_leading_and_comes_back_as_a_follower(
     assert produce_to(cluster, leader, topic, b"late-1", acks=1) == \
         ErrorCode.not_leader_or_follower
     assert produce_to(cluster, leader, topic, b"late-all") == ErrorCode.not_leader_or_follower
+    # Its own Metadata (from its stale image) no longer sends clients to it.
+    assert cluster.metadata(leader).topics[topic][0].leader != leader
     acked += produce_acked(cluster, topic, [b"during-%d" % i for i in range(20)])
 
     network.heal(cluster.host(leader), ETCD_HOST)

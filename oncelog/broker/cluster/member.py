@@ -89,7 +89,8 @@ class ClusterMember:
                                      ControllerSettings.from_config(config))
         self.producer_ids = ClusterProducerIdManager(self.store)
         self.view = EtcdClusterView(self.node_id, self.cache,
-                                    StoreTopicAdmin(self.store, self.cache, config), config)
+                                    StoreTopicAdmin(self.store, self.cache, config), config,
+                                    fenced=lambda: self.roles.fenced)
         self.registration: BrokerRegistration | None = None
         self._tasks: asyncio.TaskGroup | None = None
         self._creating: set[str] = set()
