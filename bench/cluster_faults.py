@@ -22,18 +22,14 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.cluster import ClusterProcess, MetadataView  # noqa: E402
 from tests.support.replicated import (  # noqa: E402
+    PAUSE_TOLERANT_PRODUCER,
+    REPLICATION_CONFIGS,
     NumberedStream,
     create_topic,
     leader_of,
     read_all,
 )
 
-CONFIGS = {
-    "replica.lag.time.max.ms": 2000,
-    "replica.fetch.backoff.ms": 200,
-    "offsets.topic.num.partitions": 2,
-    "transaction.state.log.num.partitions": 2,
-}
 PARTITIONS = 3
 
 
@@ -43,9 +39,9 @@ def _without(node_id: int, view: MetadataView) -> bool:
 
 def run(minutes: float, base: Path) -> dict[str, object]:
     faults = {"leader_kills": 0, "leader_pauses": 0}
-    with ClusterProcess(base, brokers=3, configs=CONFIGS) as cluster:
+    with ClusterProcess(base, brokers=3, configs=REPLICATION_CONFIGS) as cluster:
         topic = create_topic(cluster, PARTITIONS)
-        stream = NumberedStream(cluster.bootstrap, topic)
+        stream = NumberedStream(cluster.bootstrap, topic, PAUSE_TOLERANT_PRODUCER)
         deadline = time.monotonic() + minutes * 60
         index = 0
         while time.monotonic() < deadline:

@@ -4,6 +4,15 @@ broker's restart-to-ready time after N consume-transform-produce transactional c
 log cleaner on and off (``log.cleaner.enable=false`` stands in for "before issue 16").
 
     PYTHONPATH=. .venv/bin/python bench/compaction.py --commits 10000
+    PYTHONPATH=. .venv/bin/python bench/compaction.py --commits 0 --clean-mb 100
+    PYTHONPATH=. .venv/bin/python bench/compaction.py --commits 0 --produce-mb 200
+
+``--clean-mb``: cleaner throughput, one ``clean_now`` pass (on this thread, no broker) over a
+generated compacted log of that many MB (8 MiB segments, 1 KiB values over 10k keys: about
+one record in ten survives), MB read per second. ``--produce-mb``: produce throughput
+(confluent-kafka, acks=1, 1 KiB values over 10k keys) into a compacted topic with 1 MiB
+segments and ``min.cleanable.dirty.ratio=0.01`` (the cleaner busy the whole run) vs
+``log.cleaner.enable=false``: MB/s and the broker's CPU seconds per MB (/proc).
 
 Internal topics use 1 partition each and 1 MiB segments so that they roll (the default
 100 MiB segments would hold 10k commits in the active segment, never cleaned). Not asserted:
@@ -13,13 +22,21 @@ printed as a Markdown table for bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from bench.run import cpu_seconds
 from oncelog.client import Admin, NewTopic, OffsetAndMetadata, Producer, TopicPartition
+from oncelog.clock import SystemClock
+from oncelog.config import LogConfig
+from oncelog.records.batch import parse_header
+from oncelog.records.codec import RecordInput, encode_batch
+from oncelog.storage.cleaner_run import clean_now
+from oncelog.storage.unified_log import UnifiedLog
 from tests.support.broker import BrokerProcess
 
 IDS = 4
@@ -83,18 +100,114 @@ def run(commits: int, cleaner: bool, settle_s: float) -> tuple[float, int, float
         shutil.rmtree(data_dir.parent, ignore_errors=True)
 
 
+KEYS = 10_000
+VALUE = 1024
+MB = 1 << 20
+
+
+def clean_throughput(megabytes: int) -> tuple[float, int, int, float]:
+    """(seconds, bytes read, bytes after, MB/s) of one pass over a generated log."""
+    directory = Path(tempfile.mkdtemp(prefix="bench-clean-"))
+    clock = SystemClock()
+    config = LogConfig(cleanup_policy="compact", segment_bytes=8 * MB,
+                       min_cleanable_dirty_ratio=0.0)
+    engine = UnifiedLog.open(directory / "p", config, clock)
+    try:
+        value = os.urandom(VALUE)
+        written, n = 0, 0
+        while written < megabytes * MB:
+            data = bytearray(encode_batch([
+                RecordInput(f"key-{(n + i) * 7919 % KEYS}".encode(), value,
+                            timestamp=clock.now_ms()) for i in range(100)]))
+            n += 100
+            written += len(data)
+            engine.append(data, [parse_header(data)])
+        engine.flush()
+        started = time.monotonic()
+        result = clean_now(engine, now_ms=clock.now_ms())
+        elapsed = time.monotonic() - started
+        assert result is not None
+        return elapsed, result.bytes_before, result.bytes_after, \
+            result.bytes_before / MB / elapsed
+    finally:
+        engine.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def produce_throughput(megabytes: int, cleaner: bool) -> tuple[float, float, int]:
+    """(MB/s, broker CPU seconds per MB, passes the cleaner logged) producing ``megabytes``
+    into a compacted topic."""
+    from confluent_kafka import Producer as ConfluentProducer
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import NewTopic as ConfluentNewTopic
+
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-produce-")) / "data"
+    broker = BrokerProcess(data_dir, log_level="INFO", configs={
+        "log.cleaner.enable": cleaner, "log.cleaner.backoff.ms": 200,
+    })
+    broker.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([ConfluentNewTopic("bench-compacted", 1, 1, config={
+            "cleanup.policy": "compact", "segment.bytes": str(MB),
+            "min.cleanable.dirty.ratio": "0.01"})])["bench-compacted"].result(30)
+        producer = ConfluentProducer({"bootstrap.servers": broker.bootstrap, "acks": 1,
+                                      "linger.ms": 5, "batch.size": 256 * 1024})
+        value = os.urandom(VALUE)
+        count = megabytes * MB // VALUE
+        cpu_before = cpu_seconds(broker.pid) or 0.0
+        started = time.monotonic()
+        for i in range(count):
+            while True:
+                try:
+                    producer.produce("bench-compacted", key=f"key-{i % KEYS}".encode(),
+                                     value=value)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+        assert producer.flush(120) == 0
+        elapsed = time.monotonic() - started
+        cpu = (cpu_seconds(broker.pid) or 0.0) - cpu_before
+        passes = broker.log_text().count("bench-compacted-0: cleaned [")
+        return megabytes / elapsed, cpu / megabytes, passes
+    finally:
+        broker.stop()
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+
+def load() -> str:
+    return "load " + " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--commits", type=int, nargs="+", default=[10000])
     parser.add_argument("--settle-s", type=float, default=5.0)
+    parser.add_argument("--clean-mb", type=int, default=0)
+    parser.add_argument("--produce-mb", type=int, default=0)
     args = parser.parse_args()
-    print("| commits | cleaner | internal topics on disk | restart to ready | commits/s |")
-    print("|---:|---|---:|---:|---:|")
-    for commits in args.commits:
+    commits = [c for c in args.commits if c > 0]
+    if commits:
+        print("| commits | cleaner | internal topics on disk | restart to ready | commits/s "
+              "| machine |")
+        print("|---:|---|---:|---:|---:|---|")
+    for n in commits:
         for cleaner in (False, True):
-            _elapsed, size, restart, rate = run(commits, cleaner, args.settle_s)
-            print(f"| {commits} | {'on' if cleaner else 'off'} | {size / 1024:.0f} KiB "
-                  f"| {restart:.2f} s | {rate:.0f} |", flush=True)
+            _elapsed, size, restart, rate = run(n, cleaner, args.settle_s)
+            print(f"| {n} | {'on' if cleaner else 'off'} | {size / 1024:.0f} KiB "
+                  f"| {restart:.2f} s | {rate:.0f} | {load()} |", flush=True)
+    if args.clean_mb:
+        elapsed, before, after, rate = clean_throughput(args.clean_mb)
+        print(f"clean_now over {before / MB:.0f} MB -> {after / MB:.1f} MB in {elapsed:.1f} s: "
+              f"{rate:.1f} MB/s ({load()})", flush=True)
+    if args.produce_mb:
+        print("| cleaner | produce MB/s | broker CPU s per MB | cleaner passes | machine |")
+        print("|---|---:|---:|---:|---|")
+        for cleaner in (False, True):
+            rate, cpu_per_mb, passes = produce_throughput(args.produce_mb, cleaner)
+            print(f"| {'busy' if cleaner else 'disabled'} | {rate:.1f} | {cpu_per_mb:.3f} "
+                  f"| {passes} | {load()} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -232,6 +232,8 @@ _BROKER_KEYS = [
          "(1 on one node).", at_least=1),
     _key("offsets.topic.segment.bytes", INT, 104857600, "segment.bytes of "
          "__consumer_offsets.", at_least=1),
+    _key("offsets.commit.timeout.ms", INT, 5000, "How long an offset commit waits for the "
+         "in-sync replicas of its __consumer_offsets partition (cluster mode).", at_least=1),
     _key("offsets.retention.minutes", INT, 10080, "Keep the offsets of an empty group this "
          "long.", at_least=1),
     _key("offset.metadata.max.bytes", INT, 4096, "Largest metadata string of a commit."),
@@ -267,6 +269,9 @@ _BROKER_KEYS = [
     _key("transaction.state.log.replication.factor", S, 3, "Replication of "
          "__transaction_state (1 on one node); the controller creates it once this many "
          "brokers are alive.", at_least=1),
+    _key("transaction.state.log.min.isr", INT, 2, "min.insync.replicas of "
+         "__transaction_state: the in-sync replicas a transaction log write (acks=-1) "
+         "needs.", at_least=1),
     _key("auto.leader.rebalance.enable", B, True, "Let the controller move leadership back "
          "to each partition's preferred (first) replica when a broker's share of partitions "
          "it prefers but does not lead exceeds leader.imbalance.per.broker.percentage."),

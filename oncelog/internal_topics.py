@@ -31,7 +31,8 @@ class InternalTopicSpec:
 def internal_topic_specs(config: _Config) -> dict[str, InternalTopicSpec]:
     """Both internal topics as the broker configs describe them (Kafka's
     ``offsets.topic.*`` and ``transaction.state.log.*``): compacted, with their own
-    segment size."""
+    segment size; ``__transaction_state`` with ``transaction.state.log.min.isr`` as its
+    ``min.insync.replicas``."""
     return {
         OFFSETS_TOPIC: InternalTopicSpec(
             int(config["offsets.topic.num.partitions"]),
@@ -47,6 +48,9 @@ def internal_topic_specs(config: _Config) -> dict[str, InternalTopicSpec]:
             {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
+                # Kafka's TransactionStateManager.transactionTopicConfigs; __consumer_offsets
+                # has no such setting (the broker's min.insync.replicas applies to it).
+                "min.insync.replicas": str(config["transaction.state.log.min.isr"]),
             },
         ),
     }

@@ -13,13 +13,12 @@ lock the data directory; connect to the metadata store; take the cluster id from
 partition directories; register the broker (a live broker with the same node id: refused,
 exit status 1); load the MetadataCache and apply this broker's replica roles from it; then
 in the TaskGroup the cache follows the store's watch, the controller shell campaigns, the
-producer-id blocks are fetched, the transaction coordinator loads each ``__transaction_state``
-partition this broker leads (at its leader epoch) and unloads those it stops leading, and the
-group coordinator loads once the controller has created the internal topics; start
-accepting; announce readiness. On SIGTERM a controlled shutdown moves this broker's
-leaderships away first; the lease is revoked last. The
-services that request handlers, the server and the metrics endpoint use are handed to them
-as one frozen ``BrokerContext``, built once storage is loaded. All
+producer-id blocks are fetched, and the transaction and group coordinators each load the
+``__transaction_state`` / ``__consumer_offsets`` partitions this broker leads (at their
+leader epochs) and unload those it stops leading; start accepting; announce readiness. On
+SIGTERM a controlled shutdown moves this broker's leaderships away first; the lease is
+revoked last. The services that request handlers, the server and the metrics endpoint use
+are handed to them as one frozen ``BrokerContext``, built once storage is loaded. All
 background work (flush scheduler, retention, the group coordinator's timers) runs as tasks
 in one TaskGroup that is cancelled when the broker stops; each loop sleeps between runs, so
 a sweep never overlaps the next.
@@ -34,7 +33,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
-from oncelog.broker.cluster.coordinator_roles import TxnCoordinatorRoles
+from oncelog.broker.cluster.coordinator_roles import (
+    GroupCoordinatorRoles,
+    TxnCoordinatorRoles,
+)
 from oncelog.broker.cluster.markers import MARKER_REQUEST_TIMEOUT_MS, ClusterMarkerWriter
 from oncelog.broker.cluster.member import ClusterMember, cluster_mode
 from oncelog.broker.cluster.peers import PeerConnections
@@ -121,16 +123,20 @@ class Broker:
             self.producer_ids = ProducerIdManager(self.data_dir / "producer-id-block")
         else:  # the controller creates the internal topics; the store hands out ids
             self.producer_ids = self.member.producer_ids
-        store = InternalTopicStore(self.partitions, OFFSETS_TOPIC, self.clock)
+        replication = None if self.member is None else self.member.replication.manager
+        store = InternalTopicStore(self.partitions, OFFSETS_TOPIC, self.clock, replication)
         self.groups = GroupCoordinator(self.config, store, self.clock)
         if self.member is None:
             started = time.monotonic()
             self.groups.load()
             _log_load_time(OFFSETS_TOPIC, started)
-        local_markers = LocalMarkerWriter(self.partitions, self.groups)
+        else:  # each partition loads when this broker comes to lead it
+            self.groups.start_partitioned()
+        local_markers = LocalMarkerWriter(self.partitions, self.groups, replication)
         self.transactions = TransactionCoordinator(
             self.config,
-            InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock),
+            InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock,
+                               replication),
             self.producer_ids,  # the one source of producer ids, idempotent ones included
             local_markers if self.member is None
             else ClusterMarkerWriter(self.member.view, local_markers),
@@ -166,22 +172,15 @@ class Broker:
                                     self.partitions)
         return self.member.view
 
-    async def _load_coordinators(self) -> None:
-        """Cluster mode: the transaction coordinator follows the leadership of each
-        ``__transaction_state`` partition (``TxnCoordinatorRoles``). The group coordinator
-        still loads once the internal topics exist, on every broker holding all internal
-        partitions, over its local replicas; FindCoordinator sends clients to the
-        partition's leader only, and the others answer NOT_COORDINATOR."""
+    def _follow_coordinator_partitions(self) -> None:
+        """Cluster mode: each coordinator follows the leadership of its internal topic
+        (``CoordinatorRoles``): it loads a partition when this broker comes to lead it (at
+        the leader epoch) and unloads one it stops leading."""
         assert self.member is not None
-        follower = TxnCoordinatorRoles(self.member.roles, self.transactions)
-        self.member.cache.subscribe(follower.on_metadata)
-        follower.apply()
-        if not await self.member.wait_internal_topics():
-            log.warning("this broker does not hold every internal partition: its group "
-                        "coordinator stays unloaded")
-            return
-        self.groups.load()
-        log.info("group coordinator loaded from the local replicas of the internal topics")
+        for follower in (TxnCoordinatorRoles(self.member.roles, self.transactions),
+                         GroupCoordinatorRoles(self.member.roles, self.groups)):
+            self.member.cache.subscribe(follower.on_metadata)
+            follower.apply()
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -240,7 +239,7 @@ class Broker:
             async with asyncio.TaskGroup() as tasks:
                 if self.member is not None:
                     self.member.start(tasks)
-                    tasks.create_task(self._load_coordinators(), name="coordinator-loading")
+                    self._follow_coordinator_partitions()
                 tasks.create_task(self.groups.run(), name="group-coordinator")
                 tasks.create_task(self.transactions.run(), name="transaction-coordinator")
                 tasks.create_task(

@@ -9,11 +9,19 @@ load up to the log end offset: a new leader's high watermark may still lag recor
 leader had acknowledged; on one node both are the same), open and aborted transactions and
 markers included, because the coordinators rebuild their own view of pending and decided
 state.
+
+In cluster mode a write is Kafka's appendRecords with ``requiredAcks=-1``: ``append``
+refuses it with NOT_ENOUGH_REPLICAS when the ISR is already below the topic's
+``min.insync.replicas`` and returns the offset the ISR must reach; ``wait_for_isr`` is the
+acks=all wait of a produce (``ReplicaManager.wait_for_acks``: the high watermark reaches the
+offset, NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER). On a
+single node (no replication) it answers NONE at once, without suspending.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import Clock
@@ -25,6 +33,9 @@ from oncelog.records.control import decode_control
 from oncelog.records.validate import validate_batches
 from oncelog.storage.engine import AppendOrigin
 
+if TYPE_CHECKING:
+    from oncelog.broker.cluster.replica_manager import ReplicaManager
+
 READ_CHUNK = 4 * 1024 * 1024
 NO_LIMIT = 2**31 - 1
 
@@ -32,17 +43,25 @@ NO_LIMIT = 2**31 - 1
 class InternalTopicStore:
     """Appends and replays key/value records of one internal topic."""
 
-    def __init__(self, registry: PartitionRegistry, topic: str, clock: Clock) -> None:
+    def __init__(
+        self,
+        registry: PartitionRegistry,
+        topic: str,
+        clock: Clock,
+        replication: ReplicaManager | None = None,
+    ) -> None:
         self.registry = registry
         self.topic = topic
         self.clock = clock
+        self.replication = replication
 
     @property
     def num_partitions(self) -> int:
         return self.registry.topics[self.topic].partitions
 
-    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
-        self._append(partition, records)
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append to the local log; the offset the in-sync replicas must reach."""
+        return self._append(partition, records)
 
     def append_transactional(
         self,
@@ -50,8 +69,19 @@ class InternalTopicStore:
         records: list[tuple[bytes, bytes | None]],
         producer_id: int,
         producer_epoch: int,
-    ) -> None:
-        self._append(partition, records, producer_id=producer_id, producer_epoch=producer_epoch)
+    ) -> int:
+        return self._append(
+            partition, records, producer_id=producer_id, producer_epoch=producer_epoch
+        )
+
+    async def wait_for_isr(
+        self, partition: int, required_offset: int, timeout_ms: int
+    ) -> ErrorCode:
+        """Wait until the in-sync replicas hold ``required_offset`` (module docstring)."""
+        if self.replication is None:
+            return ErrorCode.none
+        target = self.registry.get(self.topic, partition)
+        return await self.replication.wait_for_acks(target, required_offset, timeout_ms)
 
     def _append(
         self,
@@ -60,9 +90,10 @@ class InternalTopicStore:
         *,
         producer_id: int = -1,
         producer_epoch: int = -1,
-    ) -> None:
+    ) -> int:
+        target = self.registry.get(self.topic, partition)
         if not records:
-            return
+            return target.log_end_offset
         now = self.clock.now_ms()
         batch = bytearray(
             encode_records(
@@ -73,10 +104,12 @@ class InternalTopicStore:
             )
         )
         headers = validate_batches(batch, max_batch_bytes=NO_LIMIT, allow_control=True)
-        target = self.registry.get(self.topic, partition)
-        target.append(batch, headers, origin=AppendOrigin.COORDINATOR)
+        if self.replication is not None:
+            self.replication.check_min_isr(target, -1)
+        result = target.append(batch, headers, origin=AppendOrigin.COORDINATOR)
         if target.config.flush_messages <= 1:
             target.flush()
+        return result.last_offset + 1
 
     def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         for record in self.read_records(partition):

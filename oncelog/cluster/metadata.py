@@ -31,6 +31,7 @@ __all__ = [
     "MetadataStore",
     "MetadataStoreError",
     "PartitionState",
+    "SessionLost",
     "TopicAssignment",
     "VersionedPartitionState",
 ]
@@ -208,7 +209,8 @@ class MetadataStore(Protocol):
     async def register_broker(self, registration: BrokerRegistration) -> int:
         """Register this broker under a lease renewed every ``broker.heartbeat.interval.ms``
         and lost after ``broker.session.timeout.ms``; the broker epoch. Raises
-        ``BrokerIdInUse`` when a live broker already holds the id."""
+        ``BrokerIdInUse`` when a live broker already holds the id. Called again after the
+        session was lost, it registers under a new lease (a new broker epoch)."""
         ...
 
     async def update_registration(self, registration: BrokerRegistration) -> None:
@@ -273,3 +275,9 @@ class MetadataStoreError(RuntimeError):
 
 class BrokerIdInUse(MetadataStoreError):
     """Another live broker is registered with this node id."""
+
+
+class SessionLost(MetadataStoreError):
+    """This broker's lease is gone (it was paused or cut off past
+    ``broker.session.timeout.ms``): its registration and any controller role went with it;
+    it must register again (a new broker epoch) before acting on the cluster."""

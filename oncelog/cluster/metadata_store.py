@@ -8,14 +8,16 @@ Why etcd, and the key layout: docs/architecture.md ("Cluster") and
   (rounded up to whole seconds, etcd's unit), created with a Txn that requires the key to be
   absent (create revision 0): a live broker with the same id makes ``BrokerIdInUse``. A
   keep-alive task refreshes the lease every ``broker.heartbeat.interval.ms``. The session
-  is lost -- ``session_lost`` is set, the lease forgotten and the task stops; the broker
-  must register again, with a new epoch -- when etcd says the lease is gone, or as soon as
-  no refresh has been acknowledged for the lease's TTL, counted from the moment the last
+  is lost -- ``session_lost`` is set, the lease forgotten and the task stops -- when etcd
+  says the lease is gone (a refresh, or a put on the lease: "lease not found"), or as soon
+  as no refresh has been acknowledged for the lease's TTL, counted from the moment the last
   acknowledged refresh was *sent* (before etcd received it): etcd cannot have expired the
   lease earlier, so a broker cut from etcd knows it before the controller can move its
-  leaderships away (Kafka's broker fencing, seen from the broker). Registering again
-  first revokes the lost lease, in case etcd still holds it. The broker epoch is the
-  key's create revision.
+  leaderships away (Kafka's broker fencing, seen from the broker). Operations that need the
+  lease then raise ``SessionLost`` until the broker registers again (``register_broker``
+  once more: the lost lease is revoked first, in case etcd still holds it, then a new
+  lease, a new epoch), as a ZooKeeper-era Kafka broker re-created its ephemeral
+  registration on a new session. The broker epoch is the key's create revision.
 - The controller is the ``controller`` key on the winner's lease (so it disappears with the
   winner's session, as Kafka's ephemeral ``/controller`` znode did); the epoch comes from
   ``controller_epoch``, incremented in the same Txn, which also requires that counter to be
@@ -55,6 +57,7 @@ from oncelog.cluster.metadata import (
     MetadataImage,
     MetadataStoreError,
     PartitionState,
+    SessionLost,
     TopicAssignment,
 )
 from oncelog.cluster.metadata_codec import (
@@ -180,8 +183,16 @@ class EtcdMetadataStore:
         self, operation: str, compare: list[Any], success: list[Any], failure: list[Any]
     ) -> tuple[bool, list[Any]]:
         client = await self._connected()
-        with self._errors(operation):
-            succeeded, responses = await client.transaction(compare, success, failure)
+        try:
+            with self._errors(operation):
+                succeeded, responses = await client.transaction(compare, success, failure)
+        except MetadataStoreError as exc:
+            if "lease not found" in str(exc):  # a put on this broker's lease, now expired
+                if self._lease_id is not None:
+                    self._lose_session(self._lease_id, f"{operation}: lease not found")
+                raise SessionLost(f"etcd at {self.endpoint}: {operation}: this broker's "
+                                  "lease is gone") from exc
+            raise
         return bool(succeeded), responses
 
     @staticmethod
@@ -210,7 +221,7 @@ class EtcdMetadataStore:
     # -- brokers ------------------------------------------------------------------------------
     async def register_broker(self, registration: BrokerRegistration) -> int:
         client = await self._connected()
-        if self._lease_id is not None:
+        if self._lease_id is not None:  # forgotten when the session is lost
             raise MetadataStoreError(
                 f"etcd at {self.endpoint}: this store already registered a broker"
             )
@@ -235,6 +246,8 @@ class EtcdMetadataStore:
                 f"by a live broker ({self._read_back(responses).value.decode()})"
             )
         epoch = int(self._read_back(responses).create_revision)
+        if self._keepalive is not None:
+            self._keepalive.cancel()  # the lost lease's (it may not have noticed yet)
         self._lease_id = lease.id
         self._lease_deadline = granted_at + self.lease_ttl_s
         self._registration_key = key
@@ -279,6 +292,8 @@ class EtcdMetadataStore:
             self._lease_deadline = sent + int(reply.TTL)
 
     def _lose_session(self, lease_id: int, why: str) -> None:
+        if lease_id != self._lease_id:
+            return  # an older lease, or lost already
         logger.error("lease %x at etcd %s lost (%s): this broker's session is over until it "
                      "registers again", lease_id, self.endpoint, why)
         self._lease_id = None
@@ -298,6 +313,10 @@ class EtcdMetadataStore:
                         exc)
 
     def _lease(self, operation: str) -> int:
+        if self.session_lost.is_set():
+            raise SessionLost(
+                f"etcd at {self.endpoint}: {operation}: this broker's lease is gone"
+            )
         if self._lease_id is None:
             raise MetadataStoreError(
                 f"etcd at {self.endpoint}: {operation} needs a registered broker"

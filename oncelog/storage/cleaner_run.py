@@ -6,7 +6,10 @@ slow part runs off the event loop (Kafka's Cleaner.clean / doClean):
   last data offset, the LSO bound;
 * ``prepare_clean`` (any thread; reads only the planned, inactive segments): builds the offset
   map over the dirty segments, walks every planned batch through ``cleaner_txn.BatchFilter``
-  and writes each group's cleaned segment into its staging directory (``cleaner_files``);
+  and writes each group's cleaned segment into its staging directory (``cleaner_files``).
+  Groups are Kafka's groupSegmentsBySize, with the log-size bound applied to what the group's
+  cleaned segment holds so far plus the next old segment's size, so a pass over many dirty
+  segments that clean down to a few bytes leaves one segment, not one per old segment;
 * ``swap_cleaned`` (owner's thread, holds the partition only for renames): checks the log
   still has the planned segments, swaps each group in atomically, opens the new segments and
   writes the cleaner checkpoint (``cleaner-offset.checkpoint`` in the partition directory:
@@ -76,9 +79,10 @@ def read_cleaner_checkpoint(directory: Path) -> int:
 @dataclass(frozen=True, slots=True)
 class CleanPlan:
     """A pass decided on the owner's thread. ``fds`` are the pass's own duplicates of the
-    planned segments' fds (with their sizes then): the worker reads only through them, so
-    a log closed, truncated or deleted meanwhile (its fds closed, maybe reused) never makes
-    it read a wrong file. ``close()`` releases them; ``prepare_clean`` always does."""
+    planned segments' fds (with their sizes and index bytes then): the worker reads only
+    through them, so a log closed, truncated or deleted meanwhile (its fds closed, maybe
+    reused) never makes it read a wrong file. ``close()`` releases them; ``prepare_clean``
+    always does."""
 
     log: PartitionLog
     found: CleanableRange
@@ -89,6 +93,7 @@ class CleanPlan:
     map_capacity: int
     fds: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
+    index_bytes: list[tuple[int, int]] = field(default_factory=list)  # (offset, time)
     abort: threading.Event = field(default_factory=threading.Event)  # set: stop, discard
     done: threading.Event = field(default_factory=threading.Event)  # set by prepare_clean
 
@@ -105,6 +110,8 @@ class _Group:
     end: int
     old: list[LogSegment]
     bytes_out: int = 0
+    offset_index_bytes: int = 0  # the old segments' (Kafka's sizeInBytes of their indexes)
+    time_index_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -178,7 +185,9 @@ def plan_clean(
             os.close(fd)
         raise
     return CleanPlan(log, found, planned, aborted, last_records, now_ms, map_capacity,
-                     fds, [segment.size for segment in planned])
+                     fds, [segment.size for segment in planned],
+                     [(len(s.offset_index) * s.offset_index.entry_size,
+                       len(s.time_index) * s.time_index.entry_size) for s in planned])
 
 
 def _batches(plan: CleanPlan, index: int) -> Iterator[bytes]:
@@ -241,26 +250,22 @@ def _new_keys(plan: CleanPlan, index: int, offset_map: OffsetMap) -> int:
     return len(new)
 
 
-def _groups(segments: list[LogSegment], segment_bytes: int) -> list[_Group]:
-    """Consecutive segments whose sizes add up to at most ``segment.bytes`` (and offsets
-    within an int32 of the base), as Kafka's groupSegmentsBySize."""
-    groups: list[_Group] = []
-    for segment in segments:
-        last = groups[-1] if groups else None
-        if (
-            last is not None
-            and sum(s.size for s in last.old) + segment.size <= segment_bytes
-            and segment.next_offset - last.base <= INT32_MAX
-        ):
-            last.old.append(segment)
-            last.end = segment.next_offset
-        else:
-            groups.append(_Group(segment.base_offset, segment.next_offset, [segment]))
-    for group, following in zip(groups, [*groups[1:], None], strict=True):
-        # A group owns the offsets up to the next group (or the next segment): an old
-        # segment's base offset, not its last batch, bounds what the swap replaces.
-        group.end = following.base if following is not None else group.old[-1].next_offset
-    return groups
+def _fits(plan: CleanPlan, group: _Group, index: int) -> bool:
+    """Whether planned segment ``index`` may join ``group``: Kafka's groupSegmentsBySize
+    rules (log bytes within ``segment.bytes``, each index's bytes within
+    ``segment.index.bytes``, offsets within an int32 of the base unless the segment is
+    empty), with the log bytes counted as what the group's cleaned segment already holds
+    plus the candidate's size (an upper bound of what it keeps) rather than the sizes of the
+    old segments, so segments cleaned to a few bytes merge in the pass that cleans them."""
+    config = plan.log.config
+    offset_index, time_index = plan.index_bytes[index]
+    return (
+        group.bytes_out + plan.sizes[index] <= config.segment_bytes
+        and group.offset_index_bytes + offset_index <= config.segment_index_bytes
+        and group.time_index_bytes + time_index <= config.segment_index_bytes
+        and (plan.sizes[index] == 0
+             or plan.segments[index].next_offset - 1 - group.base <= INT32_MAX)
+    )
 
 
 def prepare_clean(plan: CleanPlan) -> PreparedClean:
@@ -288,17 +293,17 @@ def _prepare(plan: CleanPlan) -> PreparedClean:
         delete_retention_ms=config.delete_retention_ms,
         upper_bound=plan.found.first_uncleanable,
     )
-    groups = _groups(covered, config.segment_bytes)
-    first_index = 0
+    start = 0
     try:
-        for group in groups:
-            indexes = range(first_index, first_index + len(group.old))
-            first_index += len(group.old)
+        while start < len(covered):
+            group = _Group(covered[start].base_offset, covered[start].next_offset, [])
             prepared.groups.append(group)
             write_cleaned(plan.log.directory, group.base,
-                          _cleaned_batches(plan, indexes, batch_filter, prepared, group),
+                          _cleaned_group(plan, len(covered), start, batch_filter, prepared,
+                                         group),
                           partial(_retained_aborted, txns, group),
                           index_interval=config.index_interval_bytes, now_ms=plan.now_ms)
+            start += len(group.old)
     except BaseException:
         discard_prepared(prepared)
         raise
@@ -310,12 +315,20 @@ def _retained_aborted(txns: TxnWalk, group: _Group) -> list[AbortedTxn]:
     return [t for t in txns.retained_aborted if group.base <= t.last_offset < group.end]
 
 
-def _cleaned_batches(
-    plan: CleanPlan, indexes: range, batch_filter: BatchFilter, prepared: PreparedClean,
-    group: _Group,
+def _cleaned_group(
+    plan: CleanPlan, covered: int, start: int, batch_filter: BatchFilter,
+    prepared: PreparedClean, group: _Group,
 ) -> Iterator[bytes]:
-    """What the filter keeps of the group's segments, batch by batch."""
-    for index in indexes:
+    """What the filter keeps of the group's segments, batch by batch: planned segments from
+    ``start`` (below ``covered``) join the group while they fit (``_fits``, decided once the
+    segments before them are cleaned). Sets ``group.end`` when the group is complete: it owns
+    the offsets up to the next group's base (an old segment's base offset, not its last
+    batch, bounds what the swap replaces), or the last segment's next offset."""
+    index = start
+    while index < covered and (index == start or _fits(plan, group, index)):
+        group.old.append(plan.segments[index])
+        group.offset_index_bytes += plan.index_bytes[index][0]
+        group.time_index_bytes += plan.index_bytes[index][1]
         for raw in _batches(plan, index):
             prepared.bytes_read += len(raw)
             header, records = decode_batch(raw)
@@ -325,6 +338,9 @@ def _cleaned_batches(
             out = decision.encode(header) if decision.rewrite else raw
             group.bytes_out += len(out)
             yield out
+        index += 1
+    group.end = (plan.segments[index].base_offset if index < covered
+                 else group.old[-1].next_offset)
 
 
 def discard_prepared(prepared: PreparedClean) -> None:

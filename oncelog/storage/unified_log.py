@@ -137,6 +137,12 @@ class UnifiedLog:
         self.producer_state = producer_state
         self._clock = clock
         self._first_unstable: int | None = None
+        # Transactions a marker at or above the high watermark completed (Kafka's
+        # ProducerStateManager.unreplicatedTxns), marker offset -> first offset: they hold
+        # the first unstable offset, hence the LSO, until the high watermark passes their
+        # marker, so read_committed never sees a transaction a new leader might lack the
+        # marker of. Never used with an automatic high watermark (one node).
+        self._unreplicated: dict[int, int] = {}
         self._segment_count = log.segment_count
         self._high_watermark = log.log_end_offset
         self._auto_high_watermark = auto_high_watermark
@@ -319,6 +325,9 @@ class UnifiedLog:
         if offset <= self._high_watermark:
             return False
         self._high_watermark = offset
+        if self._unreplicated:
+            self._unreplicated = {m: f for m, f in self._unreplicated.items() if m >= offset}
+            self._update_first_unstable()
         return True
 
     @property
@@ -344,7 +353,11 @@ class UnifiedLog:
 
     def _update_first_unstable(self) -> None:
         offsets = self.producer_state.ongoing_txn_first_offsets()
-        self._first_unstable = offsets[0] if offsets else None
+        first = offsets[0] if offsets else None
+        if self._unreplicated:
+            held = min(self._unreplicated.values())
+            first = held if first is None else min(first, held)
+        self._first_unstable = first
 
     @property
     def size_bytes(self) -> int:
@@ -459,6 +472,9 @@ class UnifiedLog:
             producer_id, producer_epoch, coordinator_epoch, offset, timestamp, is_abort
         )
         if completed is not None:
+            if (first is not None and not self._auto_high_watermark
+                    and offset >= self._high_watermark):
+                self._unreplicated[offset] = first
             self._update_first_unstable()
 
     def _after_append(self) -> None:
@@ -494,6 +510,7 @@ class UnifiedLog:
         old_end = self.log.log_end_offset
         self.log.truncate_to(offset)
         new_end = self.log.log_end_offset
+        self._unreplicated = {m: f for m, f in self._unreplicated.items() if m < new_end}
         self.epochs.truncate_from_end(new_end)
         self.epochs.truncate_from_start(self.log.log_start_offset)
         start = (

@@ -19,6 +19,7 @@ from tests.support.broker import ConfigValue
 from tests.support.cluster import ClusterProcess
 from tests.support.etcd import EtcdProcess
 from tests.support.netns import Network
+from tests.support.replicated import NumberedStream
 
 
 @pytest.fixture
@@ -78,3 +79,12 @@ def _clusters(
 def cluster(cluster_factory: ClusterFactory) -> ClusterProcess:
     """Three brokers and etcd, with short session timeouts."""
     return cluster_factory()
+
+
+@pytest.fixture
+def streams() -> Iterator[list[NumberedStream]]:
+    """Numbered producer streams a test starts; each one's thread is stopped at teardown."""
+    made: list[NumberedStream] = []
+    yield made
+    for stream in made:
+        stream._stop.set()

@@ -18,6 +18,7 @@ from oncelog.cluster.metadata import (
     MetadataImage,
     MetadataStoreError,
     PartitionState,
+    SessionLost,
     TopicAssignment,
 )
 from oncelog.cluster.metadata_store import EtcdMetadataStore
@@ -130,6 +131,36 @@ def test_a_live_broker_id_cannot_be_registered_twice(etcd: EtcdProcess) -> None:
         finally:
             for store in (first, second, third):
                 await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_store_whose_lease_expired_registers_again_with_a_new_epoch(
+    etcd: EtcdProcess,
+) -> None:
+    async def scenario() -> None:
+        prefix = unique_prefix()
+        observer = make_store(etcd, prefix)
+        # Paused past its session: the lease is never renewed and expires.
+        paused = make_store(etcd, prefix, session_timeout_ms=1000, heartbeat_interval_ms=600_000)
+        try:
+            events = observer.watch((await observer.load()).revision)
+            epoch = await paused.register_broker(broker(1))
+            await next_event(events, lambda e: e.kind == "broker" and e.deleted)
+            # Its first use of the dead lease says so, and nothing was written with it.
+            with pytest.raises(SessionLost, match="lease is gone"):
+                await paused.campaign_controller(1)
+            assert paused.session_lost.is_set()
+            assert (await observer.load()).controller is None
+            with pytest.raises(SessionLost):
+                await paused.update_registration(broker(1))
+            again = await paused.register_broker(broker(1))
+            assert again > epoch and not paused.session_lost.is_set()
+            assert (await observer.load()).brokers[1].epoch == again
+            assert await paused.campaign_controller(1) is not None
+        finally:
+            await paused.close()
+            await observer.close()
 
     asyncio.run(scenario())
 

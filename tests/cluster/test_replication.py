@@ -7,7 +7,7 @@ read_committed consumer on a new leader sees committed transactions only."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from tests.support.cluster import ClusterProcess, MetadataView
 from tests.support.kafka import JavaClient
 from tests.support.rawkafka import request_once
 from tests.support.replicated import (
+    REPLICATION_CONFIGS,
     NumberedStream,
     create_topic,
     in_sync,
@@ -32,25 +33,10 @@ pytestmark = pytest.mark.integration
 
 ClusterFactory = Callable[..., ClusterProcess]
 
-CONFIGS = {
-    "replica.lag.time.max.ms": 2000,
-    "replica.fetch.backoff.ms": 200,
-    "offsets.topic.num.partitions": 2,
-    "transaction.state.log.num.partitions": 2,
-}
-
 
 @pytest.fixture
 def cluster(cluster_factory: ClusterFactory) -> ClusterProcess:
-    return cluster_factory(3, CONFIGS)
-
-
-@pytest.fixture
-def streams() -> Iterator[list[NumberedStream]]:
-    made: list[NumberedStream] = []
-    yield made
-    for stream in made:
-        stream._stop.set()
+    return cluster_factory(3, REPLICATION_CONFIGS)
 
 
 def test_leader_killed_mid_stream_loses_and_duplicates_nothing(

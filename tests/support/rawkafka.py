@@ -92,14 +92,16 @@ def produce(
     transactional_id: str | None = None,
     *,
     index: int = 0,
+    acks: int = -1,
 ) -> Any:
-    """One Produce v8 (acks=all) of ``records`` to partition ``index``; its response."""
+    """One Produce v8 (acks=all unless ``acks``) of ``records`` to partition ``index``;
+    its response."""
     resp = conn.request(
         ProduceRequest(
             transactional_id=(
                 None if transactional_id is None else TransactionalId(transactional_id)
             ),
-            acks=i16(-1),
+            acks=i16(acks),
             timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
             topic_data=(
                 TopicProduceData(

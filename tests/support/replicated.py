@@ -83,14 +83,34 @@ def read_all(bootstrap: str, topic: str, partitions: int, *,
     return values
 
 
+# Broker settings of replication tests and the fault run: a lagging follower leaves the
+# ISR within seconds, a refused fetch is retried soon, few internal partitions.
+REPLICATION_CONFIGS: dict[str, str | int] = {
+    "replica.lag.time.max.ms": 2000,
+    "replica.fetch.backoff.ms": 200,
+    "offsets.topic.num.partitions": 2,
+    "transaction.state.log.num.partitions": 2,
+}
+
+# Producer settings for faults that pause a broker (SIGSTOP): a paused broker holds its
+# connections open without answering, and librdkafka gives up a request in flight to it
+# only after socket.timeout.ms (60 s by default); request.timeout.ms (the acks wait asked
+# of the broker) stays below it; messages are kept long enough for several faults.
+PAUSE_TOLERANT_PRODUCER: dict[str, str | int] = {
+    "socket.timeout.ms": 5000, "request.timeout.ms": 4000, "message.timeout.ms": 300000,
+}
+
+
 class NumberedStream:
     """An idempotent acks=all confluent-kafka producer writing b"0", b"1", ... from a
-    thread; ``acked`` are the values acknowledged without error."""
+    thread; ``acked`` are the values acknowledged without error. ``configs`` adds to or
+    overrides the producer's settings."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str,
+                 configs: dict[str, str | int] | None = None) -> None:
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-            "linger.ms": 2, "message.timeout.ms": 60000,
+            "linger.ms": 2, "message.timeout.ms": 60000, **(configs or {}),
         })
         self.topic = topic
         self.acked: list[bytes] = []

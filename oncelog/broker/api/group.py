@@ -20,14 +20,25 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.broker.cluster_view import GROUP_KEY, TRANSACTION_KEY, coordinator_error
-from oncelog.coordinator.group.results import OffsetFetchEntry, TopicPartition
+from oncelog.broker.cluster_view import (
+    GROUP_KEY,
+    NO_LEADER,
+    TRANSACTION_KEY,
+    coordinator_error,
+)
+from oncelog.coordinator.group.results import (
+    NO_LEADER_EPOCH,
+    NO_OFFSET,
+    OffsetFetchEntry,
+    TopicPartition,
+)
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
 
 if TYPE_CHECKING:
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.transaction import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -238,7 +249,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     errors = {tp: ErrorCode.unknown_topic_or_partition for tp in unknown}
     known = {tp: entry for tp, entry in offsets.items() if tp not in unknown}
     if known:
-        errors.update(ctx.services.groups.commit_offsets(
+        errors.update(await ctx.services.groups.handle_commit_offsets(
             group_id=request.group_id,
             generation_id=int(request.generation_id_or_member_epoch),
             member_id=request.member_id,
@@ -265,27 +276,48 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
-            wanted = _wanted_partitions(g.topics)
-            entries = coordinator.fetch_offsets(g.group_id, wanted, require_stable)
+            entries, error = _fetch(coordinator, g.group_id, _wanted_partitions(g.topics),
+                                    require_stable, per_partition=False)
             groups.append(
                 make(
                     mod.OffsetFetchResponseGroup,
                     group_id=g.group_id,
                     topics=_fetch_topics(mod, entries, "OffsetFetchResponseTopics",
                                          "OffsetFetchResponsePartitions"),
-                    error_code=ErrorCode.none,
+                    error_code=error,
                 )
             )
         return make(mod.OffsetFetchResponse, throttle_time=0, groups=tuple(groups))
-    wanted = _wanted_partitions(request.topics)
-    entries = coordinator.fetch_offsets(request.group_id, wanted, require_stable)
+    # v1 has no top-level error: a group-level error goes to each partition.
+    entries, error = _fetch(coordinator, request.group_id, _wanted_partitions(request.topics),
+                            require_stable, per_partition=ctx.api_version < 2)
     return make(
         mod.OffsetFetchResponse,
         throttle_time=0,
         topics=_fetch_topics(mod, entries, "OffsetFetchResponseTopic",
                              "OffsetFetchResponsePartition"),
-        error_code=ErrorCode.none,
+        error_code=error,
     )
+
+
+def _fetch(
+    coordinator: GroupCoordinator,
+    group_id: str,
+    wanted: list[TopicPartition] | None,
+    require_stable: bool,
+    *,
+    per_partition: bool,
+) -> tuple[dict[TopicPartition, OffsetFetchEntry], ErrorCode]:
+    """One group's committed offsets and its group-level error (NOT_COORDINATOR,
+    COORDINATOR_LOAD_IN_PROGRESS: no offsets, as Kafka answers); ``per_partition`` puts
+    that error on each wanted partition instead."""
+    try:
+        return coordinator.fetch_offsets(group_id, wanted, require_stable), ErrorCode.none
+    except KafkaError as exc:
+        if not per_partition:
+            return {}, exc.code
+        return {tp: OffsetFetchEntry(NO_OFFSET, NO_LEADER_EPOCH, "", exc.code)
+                for tp in wanted or ()}, ErrorCode.none
 
 
 # ---------------------------------------------------------------------------------------
@@ -319,6 +351,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             group_instance_id=getattr(request, "group_instance_id", None),
             offsets=offsets,
         )
+        errors = await _replicated(groups, request.group_id, errors)
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for tp in order:
         by_topic[tp[0]].append(
@@ -334,21 +367,29 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 async def _verify_txn_offsets(ctx: RequestContext, request: Any, partition: int) -> ErrorCode:
     """Is ``__consumer_offsets``-``partition`` in the producer's ongoing transaction? The
-    transaction coordinator's answer, as a TxnOffsetCommit client of this version reads it
-    (Kafka's AddPartitionsToTxnManager does the same translation)."""
+    answer of the transaction coordinator of the transactional id (this broker's, or the
+    one on another broker, asked with AddPartitionsToTxn as Kafka's
+    AddPartitionsToTxnManager does), as a TxnOffsetCommit client of this version reads it."""
+    tp = (OFFSETS_TOPIC, partition)
+    transactional_id = request.transactional_id
+    producer_id, producer_epoch = int(request.producer_id), int(request.producer_epoch)
+    verify_only = ctx.api_version < 5
+    view = ctx.services.cluster
+    leader = view.coordinator(TRANSACTION_KEY, transactional_id).leader
+    verifier = getattr(ctx.services, "txn_verifier", None)
     coordinator = cast("TransactionCoordinator | None", getattr(ctx.services, "transactions", None))
-    if coordinator is None:
+    if leader != view.node_id and verifier is not None:
+        if leader == NO_LEADER:
+            return ErrorCode.coordinator_not_available
+        answers = await verifier.add_or_verify(leader, transactional_id, producer_id,
+                                               producer_epoch, [tp], verify_only=verify_only)
+    elif coordinator is None:
         log.error("TxnOffsetCommit for group %s: the broker has no transaction coordinator",
                   request.group_id)
         return ErrorCode.coordinator_not_available
-    tp = (OFFSETS_TOPIC, partition)
-    answers = await coordinator.handle_add_partitions(
-        request.transactional_id,
-        int(request.producer_id),
-        int(request.producer_epoch),
-        [tp],
-        verify_only=ctx.api_version < 5,
-    )
+    else:
+        answers = await coordinator.handle_add_partitions(
+            transactional_id, producer_id, producer_epoch, [tp], verify_only=verify_only)
     return txn_verification_error(answers.get(tp, ErrorCode.unknown_server_error),
                                   ctx.api_version)
 
@@ -365,6 +406,10 @@ def txn_verification_error(code: ErrorCode, api_version: int) -> ErrorCode:
         # The transaction coordinator's state, not this group coordinator's: a client
         # would look the group coordinator up again for nothing.
         return ErrorCode.coordinator_not_available
+    if code is ErrorCode.network_exception:
+        # The coordinator's broker could not be asked: retried without a coordinator
+        # lookup (Kafka's maybeConvertOffsetCommitError).
+        return ErrorCode.coordinator_load_in_progress
     return code
 
 
@@ -406,7 +451,10 @@ def _fetch_topics(
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LIST_GROUPS, ctx.api_version)
     types_filter = {t.lower() for t in getattr(request, "types_filter", ())}
-    listed = ctx.services.groups.list_groups(getattr(request, "states_filter", ()))
+    coordinator = ctx.services.groups
+    listed = coordinator.list_groups(getattr(request, "states_filter", ()))
+    # Kafka lists the groups loaded so far and says whether some partition still loads.
+    error = ErrorCode.coordinator_load_in_progress if coordinator.loading else ErrorCode.none
     groups = tuple(
         make(
             mod.ListedGroup,
@@ -418,8 +466,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
         for g in listed
         if not types_filter or g.group_type in types_filter
     )
-    return make(mod.ListGroupsResponse, throttle_time=0, error_code=ErrorCode.none,
-                groups=groups)
+    return make(mod.ListGroupsResponse, throttle_time=0, error_code=error, groups=groups)
 
 
 @handles(versions.DESCRIBE_GROUPS, 0, 6)
@@ -470,3 +517,17 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
         make(mod.DeletableGroupResult, group_id=name, error_code=errors[name]) for name in names
     )
     return make(mod.DeleteGroupsResponse, throttle_time=0, results=results)
+
+
+async def _replicated(
+    groups: GroupCoordinator, group_id: str, errors: dict[TopicPartition, ErrorCode]
+) -> dict[TopicPartition, ErrorCode]:
+    """A TxnOffsetCommit's answer waits for the in-sync replicas of its offsets partition
+    (acks=-1): the partitions it committed get the wait's error if the ISR did not
+    acknowledge it (OffsetCommit waits inside ``GroupCoordinator.handle_commit_offsets``)."""
+    if ErrorCode.none not in errors.values():
+        return errors
+    code = await groups.wait_offsets_replicated(group_id)
+    if code is ErrorCode.none:
+        return errors
+    return {tp: code if error is ErrorCode.none else error for tp, error in errors.items()}

@@ -10,7 +10,6 @@ Kafka's ``KafkaApis.handleProduceRequest`` does, so the client needs no Metadata
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -165,9 +164,9 @@ async def _wait_for_acks(
     reaches its end, with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell below
     min.insync.replicas meanwhile, or REQUEST_TIMED_OUT after the request's timeout."""
     assert replication is not None
-    codes = await asyncio.gather(*(
-        replication.wait_for_acks(partition, end, timeout_ms) for _, partition, end in waiting
-    ))
+    codes = await replication.wait_for_all_acks(
+        [(partition, end) for _, partition, end in waiting], timeout_ms
+    )
     for (fields, partition, _), code in zip(waiting, codes, strict=True):
         if code is not ErrorCode.none:
             log.info("acks=all produce to %s answered %s", partition.name, code.name)

@@ -269,7 +269,8 @@ async def _write_broker_markers(ctx: RequestContext, mod: Any, request: Any, sen
     the coordinator retries after the metadata moves). A marker whose coordinator epoch is
     older than one the partition saw for the producer is refused with
     TRANSACTION_COORDINATOR_FENCED by the partition's producer state."""
-    writer = LocalMarkerWriter(ctx.services.partitions, ctx.services.groups)
+    writer = LocalMarkerWriter(ctx.services.partitions, ctx.services.groups,
+                               ctx.services.replication)
     markers = []
     for marker in request.markers:
         answers: dict[tuple[str, int], ErrorCode] = {}

@@ -35,6 +35,7 @@ from oncelog.cluster.metadata import (
     MetadataImage,
     MetadataStore,
     MetadataStoreError,
+    SessionLost,
 )
 from oncelog.errors import KafkaError
 from oncelog.internal_topics import InternalTopicSpec, internal_topic_specs
@@ -142,7 +143,10 @@ class Controller:
             self._forget_seen_writes()
             if event.kind == "controller":
                 self._check_role(event)
-                await self._maybe_campaign()
+            # After any event, not only a controller one: a campaign refused while this
+            # broker's session was lost (SessionLost) is tried again while nobody holds the
+            # role (``on_registered`` tries it at once once registered again).
+            await self._maybe_campaign()
             if self.is_active:
                 await self.decide()
             async with self._changed:
@@ -174,8 +178,9 @@ class Controller:
             return
         try:
             epoch = await self.store.campaign_controller(self.node_id)
-        except MetadataStoreError as exc:  # no session now: campaign once registered again
-            log.info("controller: node %d cannot campaign: %s", self.node_id, exc)
+        except SessionLost as exc:
+            log.info("controller: node %d cannot campaign until it registers again: %s",
+                     self.node_id, exc)
             return
         if epoch is None:
             log.info("controller: node %d lost the campaign", self.node_id)

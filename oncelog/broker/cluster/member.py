@@ -17,14 +17,17 @@ attempts, Kafka's ZooKeeper-era names and defaults), then stops. A partition wit
 ISR member keeps it as leader until the lease goes (as in Kafka). kill -9 leaves the move to
 the session timeout (``broker.session.timeout.ms``).
 
-A lost session (the store's ``session_lost``: etcd unreachable for the lease's TTL, or the
-lease expired) fences the broker until it is registered again (``_keep_session``): its
-replicas stop leading (``ReplicaRoles.fenced``; produce answers NOT_LEADER_OR_FOLLOWER and
-the transaction coordinator unloads its partitions) and its controller resigns, since the
+A lost session (the store's ``session_lost``: the broker was paused with SIGSTOP or cut off
+from etcd past ``broker.session.timeout.ms``, or etcd dropped its lease) fences the broker
+until it is registered again (``_keep_session``): its replicas stop leading
+(``ReplicaRoles.fenced``; produce answers NOT_LEADER_OR_FOLLOWER, and the transaction and
+group coordinators unload their partitions) and its controller resigns, since the
 controller is moving its leaderships away meanwhile; then it registers again every
-``broker.heartbeat.interval.ms`` until etcd takes it (a new broker epoch), waits until its
-image shows that registration (the watch is live again) and takes the image's roles back.
-As Kafka: a broker whose session expired registers again and is a new incarnation.
+``broker.heartbeat.interval.ms`` until etcd takes it (a new broker epoch, as a
+ZooKeeper-era Kafka broker re-created its ``/brokers/ids`` znode on a new session), waits
+until its image shows that registration (the watch is live again) and takes the image's
+roles back: a follower of the new leaders, it truncates what it appended alone and rejoins
+the ISR once it has caught up.
 """
 
 from __future__ import annotations
@@ -44,16 +47,10 @@ from oncelog.broker.cluster.view import EtcdClusterView, StoreTopicAdmin
 from oncelog.broker.datadir import load_meta
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import Clock, SystemClock
-from oncelog.cluster.metadata import (
-    BrokerIdInUse,
-    BrokerRegistration,
-    MetadataImage,
-    MetadataStoreError,
-)
+from oncelog.cluster.metadata import BrokerRegistration, MetadataImage, MetadataStoreError
 from oncelog.cluster.metadata_store import EtcdMetadataStore
 from oncelog.config import BrokerConfig
 from oncelog.errors import KafkaError
-from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 __all__ = ["ClusterMember", "cluster_mode"]
 
@@ -157,7 +154,7 @@ class ClusterMember:
         while True:
             try:
                 epoch = await self.store.register_broker(registration)
-            except (BrokerIdInUse, MetadataStoreError) as exc:
+            except MetadataStoreError as exc:  # BrokerIdInUse: the old key not gone yet
                 log.info("broker %d: registering again failed (%s); retrying in %.1fs",
                          self.node_id, exc, backoff_s)
                 await asyncio.sleep(backoff_s)
@@ -182,21 +179,6 @@ class ClusterMember:
             log.warning("auto-creation of topic %s failed: %s", name, exc)
         finally:
             self._creating.discard(name)
-
-    async def wait_internal_topics(self) -> bool:
-        """Until both internal topics exist (the controller creates them once enough brokers
-        are registered); whether this broker holds a replica of every partition of them."""
-        names = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
-
-        def ready(image: MetadataImage) -> bool:
-            return all(name in image.topics for name in names)
-
-        image = await self.cache.wait_for(ready)
-        return all(
-            self.registry.find(name, index) is not None
-            for name in names
-            for index in range(image.topics[name].partition_count)
-        )
 
     async def controlled_shutdown(self) -> bool:
         """Ask the controller to move this broker's leaderships away and wait until they

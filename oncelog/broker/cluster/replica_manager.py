@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from oncelog.broker.partition import Partition
@@ -188,6 +188,15 @@ class ReplicaManager:
                     await event.wait()
             if event.is_set():
                 led.acks = asyncio.Event()
+
+    async def wait_for_all_acks(
+        self, appends: Sequence[tuple[Partition, int]], timeout_ms: int
+    ) -> list[ErrorCode]:
+        """``wait_for_acks`` for several (partition, required offset) at once (Kafka's
+        DelayedProduce over the partitions of one request): one error code each, in order."""
+        return list(await asyncio.gather(*(
+            self.wait_for_acks(partition, end, timeout_ms) for partition, end in appends
+        )))
 
     def _push_high_watermark(self, led: _Led) -> None:
         led.partition.maybe_increment_high_watermark(led.tracker.high_watermark())

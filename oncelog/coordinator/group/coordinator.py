@@ -7,8 +7,19 @@ TxnOffsetCommit and its markers, OffsetFetch, DeleteGroups, retention), both ove
 groups of one ``GroupTable``. This module only wires them and does what needs asyncio: the
 futures that hold a JoinGroup or SyncGroup answer until the group is ready (built from the
 ``AwaitJoin``/``AwaitSync``/``Deliver`` events of each decision), ``run()`` (the single
-background loop that calls ``tick()`` at the next deadline), loading at start-up, the
-read-only admin views and statistics. Tests drive it with a FakeClock and ``tick()``.
+background loop that calls ``tick()`` at the next deadline), loading, the read-only admin
+views and statistics. Tests drive it with a FakeClock and ``tick()``.
+
+Which groups it answers for (Kafka's GroupCoordinator onElection / onResignation): on one
+node every ``__consumer_offsets`` partition, loaded at start (``load``). In a cluster
+(``start_partitioned``) only the partitions this broker leads: ``begin_loading`` when it
+becomes leader (the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS), then
+``load_partition`` at the leader epoch (the coordinator epoch); ``unload_partition`` when
+it stops leading (its groups are dropped, waiting JoinGroup/SyncGroup calls are answered
+NOT_COORDINATOR, their timers stop). Every API first checks the group's partition
+(``check``): NOT_COORDINATOR when not owned, COORDINATOR_LOAD_IN_PROGRESS while loading,
+answered the way Kafka answers each API (SyncGroup: REBALANCE_IN_PROGRESS, Heartbeat: no
+error, while loading).
 """
 
 from __future__ import annotations
@@ -42,11 +53,13 @@ from oncelog.coordinator.group.results import (
     ListedGroup,
     MemberDescription,
     SyncResult,
+    TopicPartition,
 )
 from oncelog.coordinator.group.state import GroupState, parse_state
 from oncelog.coordinator.group.store import OffsetsStore
 from oncelog.coordinator.group.table import GroupTable
-from oncelog.errors import ErrorCode
+from oncelog.coordinator.store_errors import StoreWrite, translate_store_error
+from oncelog.errors import ErrorCode, KafkaError
 
 __all__ = [
     "OFFSETS_RETENTION_CHECK_INTERVAL_MS",
@@ -73,23 +86,156 @@ class GroupCoordinator:
         self._table = GroupTable(store, clock)
         self._membership = GroupMembership(config, self._table)
         self._offsets = OffsetManager(config, self._table)
+        self._commit_timeout_ms = int(config["offsets.commit.timeout.ms"])
         self._join_waiters: dict[_Key, asyncio.Future[JoinResult]] = {}
         self._sync_waiters: dict[_Key, asyncio.Future[SyncResult]] = {}
         self._wakeup = asyncio.Event()
         self._records_loaded = 0
-        # Answered at once, without waiting: the decisions themselves.
-        self.heartbeat = self._membership.heartbeat
-        self.commit_offsets = self._offsets.commit_offsets
+        # Answered at once, without waiting: the decisions themselves (each checks first
+        # that the group's partition is owned here).
         self.commit_txn_offsets = self._offsets.commit_txn_offsets
-        # The broker's callback once a COMMIT/ABORT marker is durably in an offsets partition.
-        self.on_txn_marker = self._offsets.on_txn_marker
         self.fetch_offsets = self._offsets.fetch_offsets
         self.delete_groups = self._offsets.delete_groups
         self.delete_offsets = self._offsets.delete_offsets
+        # The broker's callback once a COMMIT/ABORT marker is durably in an offsets partition
+        # (a partition not owned here has no pending offsets: nothing happens).
+        self.on_txn_marker = self._offsets.on_txn_marker
 
     def partition_for(self, group_id: str) -> int:
         """The ``__consumer_offsets`` partition of a group (Kafka's formula)."""
         return self._table.partition_for(group_id)
+
+    def check(self, group_id: str) -> ErrorCode:
+        """NONE if this coordinator answers for ``group_id``; else NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS (see the module docstring)."""
+        return self._table.check(group_id)
+
+    @property
+    def loading(self) -> bool:
+        """Whether some owned partition is still loading (ListGroups says so)."""
+        return bool(self._table.loading)
+
+    # -- partitions: follow the leadership of __consumer_offsets ---------------------------
+
+    def start_partitioned(self) -> None:
+        """Cluster mode: own no partition until this broker leads it (``load_partition``);
+        the groups of the others answer NOT_COORDINATOR."""
+        self._table.partitioned = True
+
+    def begin_loading(self, partition: int) -> None:
+        """This broker now leads ``partition``: its groups answer
+        COORDINATOR_LOAD_IN_PROGRESS until ``load_partition`` has run."""
+        self._table.check_partition(partition)
+        self._table.loading.add(partition)
+
+    def owned_partitions(self) -> dict[int, int]:
+        """The ``__consumer_offsets`` partitions loaded here, with their coordinator epochs."""
+        return dict(self._table.owned)
+
+    def load_partition(self, partition: int, coordinator_epoch: int) -> int:
+        """Own ``partition`` at ``coordinator_epoch`` (its leader epoch): replay its groups
+        and committed offsets (transactional ones still open stay pending until their
+        marker). Groups it held before (an older epoch) are unloaded first. Returns the
+        number of groups loaded."""
+        table = self._table
+        table.check_partition(partition)
+        if partition in table.owned:
+            self.unload_partition(partition)
+        table.loading.add(partition)
+        try:
+            loaded = load_groups(table.store, self._clock, [partition])
+        finally:
+            table.loading.discard(partition)
+        table.groups.update(loaded.groups)
+        self._records_loaded += loaded.records
+        self._offsets.add_loaded(loaded)
+        table.owned[partition] = coordinator_epoch
+        self._wakeup.set()  # loaded members' sessions have deadlines now
+        log.info("loaded __consumer_offsets-%d at coordinator epoch %d: %d groups from %d "
+                 "records", partition, coordinator_epoch, len(loaded.groups), loaded.records)
+        return len(loaded.groups)
+
+    def unload_partition(self, partition: int) -> int:
+        """Another broker leads ``partition`` now (Kafka's removeGroupsForPartition and
+        onGroupUnloaded): its groups are dropped (so their timers stop), and members
+        waiting in JoinGroup/SyncGroup are answered NOT_COORDINATOR, as every later
+        request for those groups is. Returns the number of groups dropped."""
+        table = self._table
+        table.loading.discard(partition)
+        epoch = table.owned.pop(partition, None)
+        gone = table.groups_of(partition)
+        for group in gone:
+            table.drop_group(group, f"unloaded: __consumer_offsets-{partition} is led "
+                                    "elsewhere now")
+        self._offsets.forget_partition(partition)
+        table.appended_end.pop(partition, None)
+        self._answer_waiters({g.group_id for g in gone}, ErrorCode.not_coordinator)
+        log.info("unloaded __consumer_offsets-%d (coordinator epoch %s): %d groups dropped",
+                 partition, epoch, len(gone))
+        return len(gone)
+
+    # -- offsets: the ISR wait before a commit is answered ----------------------------------
+
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetCommitEntry],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """An OffsetCommit applied at once, without waiting for the in-sync replicas: for a
+        store whose appends need no acknowledgement (tests of the decisions). The API
+        handler uses ``handle_commit_offsets``."""
+        results, pending = self._offsets.prepare_offset_commit(
+            group_id, generation_id, member_id, group_instance_id, offsets)
+        if pending is not None:
+            self._offsets.complete_offset_commit(pending, ErrorCode.none)
+        return results
+
+    async def handle_commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetCommitEntry],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit as Kafka's storeOffsets: checked and appended, its offsets pending
+        (invisible to OffsetFetch) until the in-sync replicas of the group's offsets
+        partition have them, then committed; reverted, and answered the translated error
+        (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR), if they do not within
+        ``offsets.commit.timeout.ms``. On one node the wait returns at once."""
+        results, pending = self._offsets.prepare_offset_commit(
+            group_id, generation_id, member_id, group_instance_id, offsets)
+        if pending is None:
+            return results
+        code = await self._wait_replicated(group_id, pending.partition, pending.end)
+        self._offsets.complete_offset_commit(pending, code)
+        if code is ErrorCode.none:
+            return results
+        return {tp: code if tp in pending.offsets else error for tp, error in results.items()}
+
+    async def wait_offsets_replicated(self, group_id: str) -> ErrorCode:
+        """After a successful TxnOffsetCommit, before answering it: wait until the in-sync
+        replicas of the group's offsets partition have its records (Kafka's storeOffsets
+        appends with acks=-1 and ``offsets.commit.timeout.ms``); the translated error
+        (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) otherwise. Immediate on one node."""
+        partition = self._table.partition_for(group_id)
+        end = self._table.appended_end.get(partition)
+        if end is None:
+            return ErrorCode.none
+        return await self._wait_replicated(group_id, partition, end)
+
+    async def _wait_replicated(self, group_id: str, partition: int, end: int) -> ErrorCode:
+        code = await self._table.store.wait_for_isr(partition, end, self._commit_timeout_ms)
+        if code is ErrorCode.none:
+            return code
+        answer = translate_store_error(code, StoreWrite.OFFSET_COMMIT)
+        log.warning("group %s: offset commit not acknowledged by the in-sync replicas of "
+                    "__consumer_offsets-%d: %s; answering %s", group_id, partition,
+                    code.name, answer.name)
+        return answer
 
     # -- membership: decisions turned into futures -----------------------------------------
 
@@ -110,6 +256,8 @@ class GroupCoordinator:
 
         ``rebalance_timeout_ms`` < 0 (JoinGroup v0) means "same as the session timeout".
         """
+        if (error := self.check(group_id)) is not ErrorCode.none:
+            return JoinResult(error, member_id)
         decision = self._membership.join(
             group_id, member_id, group_instance_id, protocol_type, protocols,
             session_timeout_ms, rebalance_timeout_ms, client_id, client_host,
@@ -127,17 +275,39 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: Mapping[str, bytes],
     ) -> SyncResult:
-        """Followers wait for the leader's assignment; the leader's is stored, then shared."""
+        """Followers wait for the leader's assignment; the leader's is stored, then shared.
+        While the group's partition loads: REBALANCE_IN_PROGRESS (Kafka: the rebalance's
+        state is lost, the member rejoins without looking for the coordinator again)."""
+        if (error := self.check(group_id)) is not ErrorCode.none:
+            if error is ErrorCode.coordinator_load_in_progress:
+                error = ErrorCode.rebalance_in_progress
+            return SyncResult(error)
         decision = self._membership.sync(group_id, generation_id, member_id, group_instance_id,
                                          protocol_type, protocol_name, assignments)
         return await self._answer(decision)
+
+    def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        """While the group's partition loads: no error (Kafka answers blindly; the member
+        learns of the lost rebalance state at its next JoinGroup/SyncGroup)."""
+        error = self.check(group_id)
+        if error is ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.none
+        if error is not ErrorCode.none:
+            return error
+        return self._membership.heartbeat(group_id, generation_id, member_id,
+                                          group_instance_id)
 
     def leave_group(
         self, group_id: str, members: Sequence[tuple[str, str | None]]
     ) -> list[ErrorCode]:
         """Per leaving (member id, group instance id), an error code.
 
-        Raises KafkaError for errors of the whole request (invalid group id, dead group)."""
+        Raises KafkaError for errors of the whole request (invalid group id, dead group,
+        not the coordinator, loading)."""
+        if (error := self.check(group_id)) is not ErrorCode.none:
+            raise KafkaError(error, f"group {group_id}")
         decision = self._membership.leave(group_id, members)
         self._apply(decision)
         assert decision.answer is not None
@@ -191,6 +361,9 @@ class GroupCoordinator:
         that into Kafka's older answer, Dead with no error, for versions before 6)."""
         out = []
         for group_id in group_ids:
+            if (error := self.check(group_id)) is not ErrorCode.none:
+                out.append(GroupDescription(group_id, error, "", "", "", ()))
+                continue
             group = self._table.get(group_id)
             if group is None or group.is_(DEAD):
                 out.append(GroupDescription(group_id, ErrorCode.group_id_not_found,
@@ -222,9 +395,11 @@ class GroupCoordinator:
     # -- loading and background work -------------------------------------------------------
 
     def load(self) -> None:
-        """Rebuild groups and offsets from the store (see ``loader.load_groups``)."""
+        """One node: rebuild groups and offsets from every partition of the store (see
+        ``loader.load_groups``) and own them all."""
         loaded = load_groups(self._table.store, self._clock)
         self._table.groups = loaded.groups
+        self._table.owned = dict.fromkeys(range(self._table.store.num_partitions), 0)
         self._records_loaded = loaded.records
         self._offsets.load(loaded)
 
@@ -264,12 +439,15 @@ class GroupCoordinator:
 
     def close(self) -> None:
         """Answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR (shutting down)."""
-        for key, join_waiter in list(self._join_waiters.items()):
-            _supersede(join_waiter, JoinResult(ErrorCode.not_coordinator, key[1]))
-        for sync_waiter in self._sync_waiters.values():
-            _supersede(sync_waiter, SyncResult(ErrorCode.not_coordinator))
-        self._join_waiters.clear()
-        self._sync_waiters.clear()
+        self._answer_waiters(None, ErrorCode.not_coordinator)
+
+    def _answer_waiters(self, group_ids: set[str] | None, error: ErrorCode) -> None:
+        """Answer the waiting JoinGroup/SyncGroup calls of ``group_ids`` (None: of every
+        group) with ``error``."""
+        for key in [k for k in self._join_waiters if group_ids is None or k[0] in group_ids]:
+            _supersede(self._join_waiters.pop(key), JoinResult(error, key[1]))
+        for key in [k for k in self._sync_waiters if group_ids is None or k[0] in group_ids]:
+            _supersede(self._sync_waiters.pop(key), SyncResult(error))
 
 
 def _supersede(waiter: asyncio.Future[T] | None, result: T) -> None:

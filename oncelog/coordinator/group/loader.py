@@ -142,10 +142,13 @@ class LoadedGroups:
     producer_epochs: dict[int, int]
 
 
-def load_groups(store: OffsetsStore, clock: Clock) -> LoadedGroups:
-    """Every group of every offsets partition, with the producer epochs seen."""
+def load_groups(
+    store: OffsetsStore, clock: Clock, partitions: Iterable[int] | None = None
+) -> LoadedGroups:
+    """Every group of the offsets ``partitions`` (all of them by default), with the
+    producer epochs seen."""
     state = ReplayState()
-    for partition in range(store.num_partitions):
+    for partition in range(store.num_partitions) if partitions is None else partitions:
         for record in _records_of(store, partition):
             try:
                 state.apply(record)

@@ -116,6 +116,10 @@ class GroupMetadata:
     pending_txn_offsets: dict[int, dict[TopicPartition, CommittedOffset]] = field(
         default_factory=dict
     )
+    # Offsets of plain OffsetCommits appended to the offsets partition but not yet
+    # acknowledged by its in-sync replicas (Kafka's pendingOffsetCommits): OffsetFetch does
+    # not see them; ``complete_offset_commit`` applies or drops them.
+    pending_offset_commits: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -246,7 +250,27 @@ class GroupMetadata:
         )
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_txn_offsets)
+        return bool(self.offsets) or bool(self.pending_txn_offsets) or bool(
+            self.pending_offset_commits)
+
+    def prepare_offset_commit(self, offsets: dict[TopicPartition, CommittedOffset]) -> None:
+        """Offsets appended, waiting for the ISR (Kafka's prepareOffsetCommit)."""
+        self.pending_offset_commits.update(offsets)
+
+    def complete_offset_commit(
+        self, offsets: dict[TopicPartition, CommittedOffset], acknowledged: bool
+    ) -> None:
+        """The wait for these prepared offsets ended: acknowledged, they become the committed
+        offsets unless one written later is already there (Kafka's onOffsetCommitAppend);
+        otherwise they are dropped (failPendingOffsetWrite). A later commit still pending
+        for the same partition stays pending."""
+        for tp, co in offsets.items():
+            if self.pending_offset_commits.get(tp) is co:
+                del self.pending_offset_commits[tp]
+            if acknowledged:
+                current = self.offsets.get(tp)
+                if current is None or not current.written_after(co):
+                    self.offsets[tp] = co
 
     def has_pending_txn_offsets(self, tp: TopicPartition) -> bool:
         return any(tp in pending for pending in self.pending_txn_offsets.values())

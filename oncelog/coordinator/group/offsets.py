@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.loader import LoadedGroups
@@ -54,6 +55,17 @@ DEAD = GroupState.DEAD
 OffsetCommitEntry = tuple[int, int, str | None]  # offset, leader epoch, metadata
 
 
+@dataclass(frozen=True, slots=True)
+class PendingOffsetCommit:
+    """An OffsetCommit appended to ``partition`` up to ``end``, its offsets prepared in the
+    group (invisible to OffsetFetch) until the in-sync replicas have them."""
+
+    group: GroupMetadata
+    partition: int
+    end: int
+    offsets: dict[TopicPartition, CommittedOffset]
+
+
 class OffsetManager:
     def __init__(self, config: BrokerConfig, table: GroupTable) -> None:
         self._table = table
@@ -75,67 +87,104 @@ class OffsetManager:
         self._txn_groups: dict[tuple[int, int], set[str]] = {}
 
     def load(self, loaded: LoadedGroups) -> None:
-        """Take over the offsets side of a replay (the table holds the loaded groups)."""
-        self._log_order = loaded.records
-        now_wall = self._clock.now_ms()
-        self._producer_epochs = {
-            pid: (epoch, now_wall) for pid, epoch in loaded.producer_epochs.items()
-        }
+        """Take over the offsets side of a replay of every partition (the table holds the
+        loaded groups)."""
+        self._log_order = 0
+        self._producer_epochs = {}
         self._txn_groups = {}
-        for group in self._table.groups.values():
-            partition = self._table.partition_for(group.group_id)
+        self.add_loaded(loaded)
+
+    def add_loaded(self, loaded: LoadedGroups) -> None:
+        """Take over the offsets side of a replay of some partitions, whose groups the
+        table now holds: their pending transactional offsets wait for markers here, the
+        producer epochs seen are merged, and later commits are ordered after every replayed
+        record (``log_order`` only compares records of one group, so of one partition)."""
+        self._log_order = max(self._log_order, loaded.records)
+        now_wall = self._clock.now_ms()
+        for pid, epoch in loaded.producer_epochs.items():
+            known = self._producer_epochs.get(pid)
+            if known is None or known[0] < epoch:
+                self._producer_epochs[pid] = (epoch, now_wall)
+        for group_id in loaded.groups:
+            group = self._table.groups[group_id]
+            partition = self._table.partition_for(group_id)
             for producer_id in group.pending_txn_offsets:
-                self._txn_groups.setdefault((partition, producer_id), set()).add(group.group_id)
+                self._txn_groups.setdefault((partition, producer_id), set()).add(group_id)
+
+    def forget_partition(self, partition: int) -> None:
+        """The partition was unloaded: no marker for it completes anything here now."""
+        for key in [k for k in self._txn_groups if k[0] == partition]:
+            del self._txn_groups[key]
 
     # -- OffsetCommit ----------------------------------------------------------------------
 
-    def commit_offsets(
+    def prepare_offset_commit(
         self,
         group_id: str,
         generation_id: int,
         member_id: str,
         group_instance_id: str | None,
         offsets: Mapping[TopicPartition, OffsetCommitEntry],
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Commit offsets, durably, before answering. Generation -1 with no member is a
-        standalone ("simple consumer") commit, allowed while the group has no members."""
+    ) -> tuple[dict[TopicPartition, ErrorCode], PendingOffsetCommit | None]:
+        """Check and append an OffsetCommit; its offsets stay prepared (invisible to
+        OffsetFetch) until ``complete_offset_commit`` (Kafka's storeOffsets: prepared
+        before the acks=-1 append, applied in its callback). Generation -1 with no member
+        is a standalone ("simple consumer") commit, allowed while the group has no
+        members."""
 
         def every(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return {tp: code for tp in offsets}
 
+        if (error := self._table.check(group_id)) is not ErrorCode.none:
+            return every(error), None
         group, created, error = self._group_to_commit_to(group_id, generation_id)
         if group is None:
-            return every(error)
+            return every(error), None
         member: MemberMetadata | None = None
         if not (generation_id < 0 and group.is_(EMPTY)):
             if group.static_member_fenced(member_id, group_instance_id):
-                return every(ErrorCode.fenced_instance_id)
+                return every(ErrorCode.fenced_instance_id), None
             member = group.members.get(member_id)
             if member is None:
-                return every(ErrorCode.unknown_member_id)
+                return every(ErrorCode.unknown_member_id), None
             if generation_id != group.generation_id:
-                return every(ErrorCode.illegal_generation)
+                return every(ErrorCode.illegal_generation), None
             if group.is_(COMPLETING):
-                return every(ErrorCode.rebalance_in_progress)
+                return every(ErrorCode.rebalance_in_progress), None
             self._table.touch(member)
 
         results: dict[TopicPartition, ErrorCode] = {}
         accepted = self._accept_offsets(offsets, results)
-        if accepted:
-            records = [self._table.offset_record(group_id, tp, co) for tp, co in accepted.items()]
-            try:
-                self._table.append(group_id, records)
-            except KafkaError as exc:
-                error = translate_store_error(exc.code, StoreWrite.OFFSET_COMMIT)
-                log.warning("group %s: offset commit failed: %s", group_id, exc)
-                results.update({tp: error for tp in accepted})
-                return results
-            self._log_order += 1
-            if created:
-                self._table.groups[group_id] = group
-            group.offsets.update(accepted)
-            results.update({tp: ErrorCode.none for tp in accepted})
-        return results
+        if not accepted:
+            return results, None
+        records = [self._table.offset_record(group_id, tp, co) for tp, co in accepted.items()]
+        try:
+            end = self._table.append(group_id, records)
+        except KafkaError as exc:
+            error = translate_store_error(exc.code, StoreWrite.OFFSET_COMMIT)
+            log.warning("group %s: offset commit failed: %s", group_id, exc)
+            results.update({tp: error for tp in accepted})
+            return results, None
+        self._log_order += 1
+        if created:
+            self._table.groups[group_id] = group
+        group.prepare_offset_commit(accepted)
+        results.update({tp: ErrorCode.none for tp in accepted})
+        return results, PendingOffsetCommit(group, self._table.partition_for(group_id), end,
+                                            accepted)
+
+    def complete_offset_commit(self, pending: PendingOffsetCommit, error: ErrorCode) -> None:
+        """The in-sync replicas have ``pending`` (``error`` NONE: its offsets become the
+        committed ones) or will not (they are dropped). Nothing for a group gone meanwhile."""
+        group = pending.group
+        if group.is_(DEAD) or self._table.get(group.group_id) is not group:
+            return
+        group.complete_offset_commit(pending.offsets, error is ErrorCode.none)
+        if error is not ErrorCode.none:
+            log.warning("group %s: offset commit of %s not acknowledged by the in-sync "
+                        "replicas of __consumer_offsets-%d (%s): reverted", group.group_id,
+                        ", ".join(f"{t}-{p}" for t, p in pending.offsets), pending.partition,
+                        error.name)
 
     # -- TxnOffsetCommit and markers -------------------------------------------------------
 
@@ -165,6 +214,8 @@ class OffsetManager:
 
         if not group_id:
             return every(ErrorCode.invalid_group_id)
+        if (error := self._table.check(group_id)) is not ErrorCode.none:
+            return every(error)
         if producer_id < 0 or producer_epoch < 0:
             return every(ErrorCode.invalid_producer_id_mapping)
         known = self._producer_epochs.get(producer_id)
@@ -186,9 +237,9 @@ class OffsetManager:
         partition = self._table.partition_for(group_id)
         records = [self._table.offset_record(group_id, tp, co) for tp, co in accepted.items()]
         try:
-            self._table.store.append_transactional(
+            self._table.appended(partition, self._table.store.append_transactional(
                 partition, records, producer_id, producer_epoch
-            )
+            ))
         except KafkaError as exc:
             error = translate_store_error(exc.code, StoreWrite.OFFSET_COMMIT)
             log.warning("group %s: transactional offset commit of %r failed: %s",
@@ -277,7 +328,10 @@ class OffsetManager:
         require_stable: bool = False,
     ) -> dict[TopicPartition, OffsetFetchEntry]:
         """Committed offsets; ``None`` asks for every partition the group has committed.
-        A partition with no commit answers offset -1, epoch -1, metadata "", no error."""
+        A partition with no commit answers offset -1, epoch -1, metadata "", no error.
+        Raises KafkaError (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) for the group."""
+        if (error := self._table.check(group_id)) is not ErrorCode.none:
+            raise KafkaError(error, f"group {group_id}")
         group = self._table.get(group_id)
         if group is None or group.is_(DEAD):
             if partitions is None:
@@ -304,6 +358,9 @@ class OffsetManager:
         """Delete groups without members: tombstones for their offsets and metadata."""
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
+            if (error := self._table.check(group_id)) is not ErrorCode.none:
+                results[group_id] = error
+                continue
             group = self._table.get(group_id)
             if group is None or group.is_(DEAD):
                 results[group_id] = ErrorCode.group_id_not_found
@@ -332,6 +389,8 @@ class OffsetManager:
         members keeps the offsets of the topics its members subscribe to
         (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others. Tombstones go to the offsets
         partition before the offsets leave memory."""
+        if (error := self._table.check(group_id)) is not ErrorCode.none:
+            return error, {}
         wanted = list(dict.fromkeys(partitions))
         group = self._table.get(group_id)
         if group is None or group.is_(DEAD):
@@ -384,7 +443,8 @@ class OffsetManager:
                 if self._expires_at(group, co) <= now_wall
                 and not group.has_pending_txn_offsets(tp)
             ]
-            remove_group = len(expired) == len(group.offsets) and not group.pending_txn_offsets
+            remove_group = (len(expired) == len(group.offsets) and not group.pending_txn_offsets
+                            and not group.pending_offset_commits)
             if not expired and not remove_group:
                 continue
             try:

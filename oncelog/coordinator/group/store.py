@@ -43,11 +43,10 @@ class OffsetsStore(Protocol):
         """Partitions of ``__consumer_offsets`` (offsets.topic.num.partitions)."""
         ...
 
-    def append(self, partition: int, records: list[Record]) -> None:
-        """Durably append key/value records (value None = tombstone) as one batch.
-
-        Returns only once the records are as durable as acks=all makes a produce;
-        raises KafkaError otherwise (nothing of the batch is then visible).
+    def append(self, partition: int, records: list[Record]) -> int:
+        """Durably append key/value records (value None = tombstone) as one batch to the
+        local log; returns the offset the in-sync replicas must reach (the end of the
+        batch). Raises KafkaError otherwise (nothing of the batch is then visible).
         """
         ...
 
@@ -57,7 +56,7 @@ class OffsetsStore(Protocol):
         records: list[Record],
         producer_id: int,
         producer_epoch: int,
-    ) -> None:
+    ) -> int:
         """Durably append the records as one TRANSACTIONAL batch of ``producer_id`` at
         ``producer_epoch`` (base sequence -1), as a TxnOffsetCommit's records are written.
 
@@ -65,6 +64,14 @@ class OffsetsStore(Protocol):
         COMMIT/ABORT marker ends. Same durability and failure rules as ``append``; a fenced
         epoch may be refused with KafkaError(INVALID_PRODUCER_EPOCH).
         """
+        ...
+
+    async def wait_for_isr(
+        self, partition: int, required_offset: int, timeout_ms: int
+    ) -> ErrorCode:
+        """Wait until the in-sync replicas hold ``required_offset`` (cluster mode; Kafka
+        appends offset commits with acks=-1): NONE, or the error of an acks=all produce.
+        Returns at once, without suspending, on a single node."""
         ...
 
     def read(self, partition: int) -> Iterable[Record]:
@@ -90,6 +97,7 @@ class MemoryOffsetsStore:
         self.num_partitions = num_partitions
         self.partitions: list[list[StoredRecord]] = [[] for _ in range(num_partitions)]
         self.fail_with: ErrorCode | None = None
+        self.fail_acks: list[ErrorCode] = []  # the next ISR waits answer these
 
     def _check(self, partition: int) -> None:
         if not 0 <= partition < self.num_partitions:
@@ -97,9 +105,10 @@ class MemoryOffsetsStore:
         if self.fail_with is not None:
             raise KafkaError(self.fail_with, "injected append failure")
 
-    def append(self, partition: int, records: list[Record]) -> None:
+    def append(self, partition: int, records: list[Record]) -> int:
         self._check(partition)
         self.partitions[partition].extend(StoredRecord(k, v) for k, v in records)
+        return len(self.partitions[partition])
 
     def append_transactional(
         self,
@@ -107,11 +116,17 @@ class MemoryOffsetsStore:
         records: list[Record],
         producer_id: int,
         producer_epoch: int,
-    ) -> None:
+    ) -> int:
         self._check(partition)
         self.partitions[partition].extend(
             StoredRecord(k, v, producer_id, True, None, producer_epoch) for k, v in records
         )
+        return len(self.partitions[partition])
+
+    async def wait_for_isr(
+        self, partition: int, required_offset: int, timeout_ms: int
+    ) -> ErrorCode:
+        return self.fail_acks.pop(0) if self.fail_acks else ErrorCode.none
 
     def append_marker(
         self,

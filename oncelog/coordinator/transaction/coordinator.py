@@ -2,11 +2,11 @@
 
 Kafka's TransactionCoordinator. Every decision is made by synchronous code that reads and
 prepares the metadata of one transactional id, has the state manager append the prepared
-state to ``__transaction_state`` and only then apply it (``state_manager.py``,
-``metadata.py``). All of that runs between two awaits, so on the event loop it is the
-critical section of that id; the pending state it sets keeps any other transition of the same
-id out for as long as the transition is open (a concurrent request gets
-CONCURRENT_TRANSACTIONS, as in Kafka). The only awaits are for markers, which the marker
+state to ``__transaction_state``, wait until the in-sync replicas have it (cluster mode;
+a single node does not suspend there) and only then apply it (``state_manager.py``,
+``metadata.py``). The pending state set by the prepare keeps any other transition of the
+same id out for as long as the transition is open (a concurrent request gets
+CONCURRENT_TRANSACTIONS, as in Kafka). The other awaits are for markers, which the marker
 channel (``marker_channel.py``) writes in tasks of the coordinator's own TaskGroup (started
 by ``run()``), so a client that disconnects never leaves a decided transaction half-marked.
 
@@ -246,14 +246,14 @@ class TransactionCoordinator:
         if decision is None:
             # An open transaction: abort it with a bumped epoch (fencing the old instance)
             # and let the client retry once the markers are written.
-            code = self._fence_and_abort(md, now, reason="a new producer instance")
+            code = await self._fence_and_abort(md, now, reason="a new producer instance")
             if code is not ErrorCode.none:
                 return InitProducerIdResult(code)
             await self._channel.wait(transactional_id)
             return InitProducerIdResult(ErrorCode.concurrent_transactions)
 
         transit, ongoing = decision
-        code = self._state.apply(md, transit)
+        code = await self._state.apply(md, transit)
         if code is not ErrorCode.none:
             return InitProducerIdResult(code)
         if ongoing is not None:
@@ -273,14 +273,16 @@ class TransactionCoordinator:
         )
         return result
 
-    def _fence_and_abort(self, md: TransactionMetadata, now: int, reason: str) -> ErrorCode:
+    async def _fence_and_abort(
+        self, md: TransactionMetadata, now: int, reason: str
+    ) -> ErrorCode:
         try:
             transit = md.prepare_fence_abort(now)
         except IllegalStateTransition as exc:
             # An epoch of Short.MAX_VALUE cannot be fenced (Kafka throws too).
             logger.error("cannot abort %r for %s: %s", md.transactional_id, reason, exc)
             return ErrorCode.unknown_server_error
-        code = self._state.apply(md, transit)
+        code = await self._state.apply(md, transit)
         if code is ErrorCode.none:
             logger.info(
                 "aborting %r (producer id %d) for %s: markers at epoch %d",
@@ -320,7 +322,7 @@ class TransactionCoordinator:
         if not parts or (md.state is _S.ONGOING and md.partitions.issuperset(parts)):
             return every(ErrorCode.none)
         transit = md.prepare_add_partitions(parts, self._clock.now_ms())
-        code = self._state.apply(md, transit)
+        code = await self._state.apply(md, transit)
         if code is ErrorCode.none:
             logger.debug(
                 "%r added %d partitions, %d in the transaction",
@@ -420,7 +422,7 @@ class TransactionCoordinator:
             return EndTxnResult(exc.code)
         if isinstance(outcome, EndTxnResult):
             return outcome
-        code = self._state.apply(md, outcome)
+        code = await self._state.apply(md, outcome)
         if code is not ErrorCode.none:
             return EndTxnResult(code)
         logger.debug(
@@ -438,17 +440,23 @@ class TransactionCoordinator:
 
     # -------------------------------------------------------------------- sweeps
 
-    def abort_timed_out_transactions(self) -> int:
+    async def abort_timed_out_transactions(self) -> int:
         """Abort every ongoing transaction older than its timeout, with an epoch bump so the
         producer that left it is fenced. Two-phase-commit transactions never time out.
-        Also restarts the markers of any prepared transaction nobody is completing."""
+        Also restarts the markers of any prepared transaction nobody is completing. Each
+        abort's log write waits for the in-sync replicas (no wait on a single node); a
+        transaction another request changed meanwhile is left alone."""
         now = self._clock.now_ms()
         for transactional_id, md in self._state.items():
             if not md.pending_transition and md.state.is_prepared:
                 self._channel.start(transactional_id)  # no-op while one is running
         aborted = 0
         for md in self._state.timed_out_transactions(now):
-            code = self._fence_and_abort(md, now, reason=f"its timeout of {md.txn_timeout_ms} ms")
+            if md.pending_transition or md.state is not _S.ONGOING:
+                continue
+            code = await self._fence_and_abort(
+                md, now, reason=f"its timeout of {md.txn_timeout_ms} ms"
+            )
             if code is ErrorCode.none:
                 aborted += 1
                 self._timed_out_aborts += 1

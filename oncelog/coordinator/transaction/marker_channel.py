@@ -219,7 +219,7 @@ class TransactionMarkerChannel:
                         )
             if not md.partitions:
                 transit = md.prepare_complete(self._clock.now_ms())
-                if self._state.apply(md, transit) is ErrorCode.none:
+                if await self._state.apply(md, transit) is ErrorCode.none:
                     logger.debug(
                         "%r %s (producer id %d epoch %d)",
                         transactional_id, md.state.wire_name, md.producer_id, md.producer_epoch,

@@ -3,16 +3,18 @@
 It owns everything the coordinator keeps about transactional ids (Kafka's
 TransactionStateManager): the cache, the placement of an id on a ``__transaction_state``
 partition, which of those partitions this coordinator owns (loaded, loading, or not here),
-the log appends (prepare -> durable append -> complete: a transition prepared by
-``metadata.py`` is applied only once the store has it; a failed append cancels it and is
-translated, in one place, into the error a transactional client understands), loading the
+the log appends (prepare -> durable append -> wait for the in-sync replicas -> complete: a
+transition prepared by ``metadata.py`` is applied only once the ISR has it; a failed append
+or wait cancels it and is translated, in one place, into the error a transactional client
+understands), loading the
 cache from the log after a restart or on becoming leader of a partition (and dropping a
 partition's ids when another broker takes it over), the list of transactions for
 ListTransactions, and the two sweeps' halves that concern the cache: which transactions
 have timed out, and forgetting idle transactional ids (tombstones first, then the cache).
 
-Synchronous and sans-IO apart from the store it is given (``run_sweeps`` only awaits the
-injected ``sleep``); the clock is injected.
+Sans-IO apart from the store it is given: ``apply`` awaits only the store's ISR wait (which
+does not suspend on a single node), ``run_sweeps`` the injected ``sleep`` and the sweep; the
+clock is injected.
 """
 
 from __future__ import annotations
@@ -137,26 +139,59 @@ class TransactionStateManager:
 
     # ------------------------------------------------------------------ the log
 
-    def _append(self, transactional_id: str, transit: TxnTransitMetadata) -> ErrorCode:
+    def _append(
+        self, transactional_id: str, transit: TxnTransitMetadata
+    ) -> tuple[ErrorCode, int]:
+        """The local half of a write: the error code and the offset the ISR must reach."""
         key, value = encode_record(transactional_id, transit)
         try:
-            self._store.append(self.partition_for(transactional_id), [(key, value)])
+            end = self._store.append(self.partition_for(transactional_id), [(key, value)])
         except KafkaError as exc:
-            code = translate_store_error(exc.code, StoreWrite.TRANSACTION_LOG)
-            logger.warning(
-                "transaction log append for %r (%s) failed: %s; answering %s",
-                transactional_id, transit.state.wire_name, exc, code.name,
-            )
-            return code
+            return self._failed(transactional_id, transit, exc.code, str(exc)), -1
         except OSError as exc:
             logger.error("transaction log append for %r failed: %s", transactional_id, exc)
-            return ErrorCode.not_coordinator
+            return ErrorCode.not_coordinator, -1
         crash_point(f"txn.logged.{transit.state.wire_name}")
-        return ErrorCode.none
+        return ErrorCode.none, end
 
-    def apply(self, md: TransactionMetadata, transit: TxnTransitMetadata) -> ErrorCode:
-        """Append the prepared transition; apply it only if the append succeeded."""
-        code = self._append(md.transactional_id, transit)
+    def _failed(
+        self, transactional_id: str, transit: TxnTransitMetadata, code: ErrorCode, why: str
+    ) -> ErrorCode:
+        answer = translate_store_error(code, StoreWrite.TRANSACTION_LOG)
+        logger.warning(
+            "transaction log append for %r (%s) failed: %s; answering %s",
+            transactional_id, transit.state.wire_name, why, answer.name,
+        )
+        return answer
+
+    async def apply(self, md: TransactionMetadata, transit: TxnTransitMetadata) -> ErrorCode:
+        """Append the prepared transition, wait until the in-sync replicas have it (Kafka's
+        appendTransactionToLog with acks=-1 and the transaction's timeout), and only then
+        apply it; otherwise cancel it and answer the translated error. A new coordinator
+        loads what the ISR holds, so a transition it could not see is never acted on
+        (markers are sent only after PrepareCommit/PrepareAbort is replicated). If the
+        partition moved (or was reloaded) meanwhile the answer is NOT_COORDINATOR and the
+        transition is not applied here: the owner now is whoever loaded the log. On a
+        single node the wait returns without suspending: this is synchronous."""
+        transactional_id = md.transactional_id
+        partition = self.partition_for(transactional_id)
+        owner_epoch = self._owned.get(partition)
+        code, end = self._append(transactional_id, transit)
+        if code is ErrorCode.none:
+            acked = await self._store.wait_for_isr(partition, end, transit.txn_timeout_ms)
+            if acked is not ErrorCode.none:
+                code = self._failed(transactional_id, transit, acked, "in-sync replicas: "
+                                    f"{acked.name}")
+        still_owner = (
+            self._cache.get(transactional_id) is md and self._owned.get(partition) == owner_epoch
+        )
+        if not still_owner:
+            logger.info(
+                "%r moved while %s was being logged (coordinator epoch %s -> %s): not "
+                "applied here", transactional_id, transit.state.wire_name, owner_epoch,
+                self._owned.get(partition),
+            )
+            return ErrorCode.not_coordinator if code is ErrorCode.none else code
         if code is ErrorCode.none:
             md.complete_transition(transit)
         else:
@@ -293,7 +328,9 @@ class TransactionStateManager:
         self.expired += removed
         return removed
 
-    async def run_sweeps(self, abort_timed_out: Callable[[], object], sleep: Sleep) -> None:
+    async def run_sweeps(
+        self, abort_timed_out: Callable[[], Awaitable[object]], sleep: Sleep
+    ) -> None:
         """Run the two sweeps until cancelled, in one loop so they never overlap: the
         coordinator's ``abort_timed_out`` (it needs the marker channel) every
         ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, and
@@ -314,7 +351,7 @@ class TransactionStateManager:
                 await sleep(wait_ms / 1000)
                 continue
             if now >= next_abort:
-                abort_timed_out()
+                await abort_timed_out()
                 next_abort = self._clock.monotonic_ms() + abort_every
             if now >= next_expire:
                 self.remove_expired_transactional_ids()

@@ -269,6 +269,73 @@ def test_restart_after_clean_rebuilds_same_state(tmp_path: Path, clock: FakeCloc
     reopened.close()
 
 
+def segment_sizes(engine: UnifiedLog) -> list[int]:
+    assert isinstance(engine.log, PartitionLog)
+    return [s.size for s in engine.log.segments_snapshot()]
+
+
+def test_segments_cleaned_to_a_few_bytes_merge_in_the_same_pass(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """groupSegmentsBySize with the log bound on the cleaned bytes: many dirty segments
+    whose records are superseded leave one cleaned segment, not one per old segment (the
+    internal topics were left as dozens of empty segments); the aborted index and a
+    restart agree with the merged segment."""
+    engine = open_engine(tmp_path / "p", clock, segment_bytes=600)
+    w = Writer(engine)
+    for i in range(30):
+        w.put(f"k{i % 2}", f"v{i}")
+        if i == 25:  # in the last dirty segment: the ones before it clean to nothing
+            w.put("k0", "aborted", pid=4, txn=True)
+            w.end(4, commit=False)
+    w.put("z", "active")
+    assert len(segment_sizes(engine)) >= 5
+    view = committed_view(engine)
+    clean(engine, clock)
+    sizes = segment_sizes(engine)
+    assert len(sizes) == 2 and sizes[0] <= 600, sizes  # one cleaned segment + the active
+    assert committed_view(engine) == view
+    aborted = engine.aborted_transactions(0, 1 << 30)
+    assert len(aborted) == 1  # producer 4's last batch (kept empty) keeps its ABORT marker
+    engine.close()
+    reopened = open_engine(tmp_path / "p", clock, segment_bytes=600)
+    assert committed_view(reopened) == view
+    assert reopened.aborted_transactions(0, 1 << 30) == aborted
+    reopened.close()
+
+
+def test_cleaned_segments_stay_within_segment_bytes(tmp_path: Path, clock: FakeClock) -> None:
+    """Records that all stay (distinct keys) are not merged past ``segment.bytes``."""
+    engine = open_engine(tmp_path / "p", clock, segment_bytes=600)
+    w = Writer(engine)
+    for i in range(30):
+        w.put(f"k{i}", f"v{i}")
+    before = segment_sizes(engine)
+    w.put("k0", "again")  # dirty, in the active segment: nothing shrinks much
+    clean(engine, clock)
+    after = segment_sizes(engine)
+    assert all(size <= 600 for size in after)
+    assert len(after) >= len(before) - 1
+
+
+def test_segment_groups_stay_within_segment_index_bytes(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """groupSegmentsBySize bounds the old segments' offset (and time) index bytes by
+    ``segment.index.bytes`` too: here each segment's index is full, so none merge even
+    though the cleaned bytes would fit."""
+    engine = open_engine(tmp_path / "p", clock, segment_bytes=1 << 20,
+                         segment_index_bytes=32, index_interval_bytes=1)
+    w = Writer(engine)
+    for i in range(16):
+        w.put(f"k{i % 2}", f"v{i}")
+    w.put("z", "active")
+    before = len(segment_sizes(engine))
+    assert before >= 4  # rolled on a full offset index (4 entries of 8 bytes)
+    clean(engine, clock)
+    assert len(segment_sizes(engine)) == before
+
+
 # ---------------------------------------------------------------- Kafka's rules, one each
 # (checked against apache/kafka storage/.../log/Cleaner.java, CleanedTransactionMetadata.java
 # and LogCleanerManager.java)
