@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from oncelog.broker.cluster.controller import Controller, ControllerSettings
 from oncelog.cluster.metadata import (
     NO_LEADER,
     BrokerRegistration,
     MetadataImage,
+    MetadataStoreError,
     PartitionState,
 )
 from oncelog.cluster.metadata_store import EtcdMetadataStore
@@ -53,7 +55,8 @@ class Cluster:
         await store.register_broker(registration(node_id))
         self.stores[node_id] = store
         if controller:
-            self.controllers[node_id] = Controller(store, node_id, SETTINGS)
+            self.controllers[node_id] = Controller(store, node_id, SETTINGS,
+                                                   retry_backoff_s=0.1)
             self.tasks[node_id] = asyncio.create_task(self.controllers[node_id].run())
 
     async def start_three(self) -> None:
@@ -224,5 +227,31 @@ def test_a_refused_write_is_decided_again_from_the_newer_state(etcd: EtcdProcess
             # The re-decided write was based on the competing state: its partition epoch is
             # two past the creation's (the race's ISR write, then the controller's).
             assert max(s.partition_epoch for s in txn_states(controller.image)) == 2
+
+    asyncio.run(scenario())
+
+
+class FailingOnceStore(EtcdMetadataStore):
+    """The controller's first partition write fails as when etcd is slow or out of reach
+    (gRPC's deadline passes)."""
+
+    failed = False
+
+    async def compare_and_set_partition(self, *args: Any, **kwargs: Any) -> int | None:
+        if kwargs.get("as_controller") is not None and not FailingOnceStore.failed:
+            FailingOnceStore.failed = True
+            raise MetadataStoreError(f"etcd at {self.endpoint}: Deadline Exceeded")
+        return await super().compare_and_set_partition(*args, **kwargs)
+
+
+def test_a_failing_store_does_not_stop_the_controller(etcd: EtcdProcess) -> None:
+    async def scenario() -> None:
+        async with cluster_of(etcd, FailingOnceStore) as cluster:
+            await cluster.start_three()
+            await cluster.stop(3)
+
+            await cluster.wait(1, off(3))
+            assert FailingOnceStore.failed
+            assert not cluster.tasks[1].done() and cluster.active() == [1]
 
     asyncio.run(scenario())

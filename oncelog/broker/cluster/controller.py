@@ -34,6 +34,7 @@ from oncelog.cluster.metadata import (
     MetadataEvent,
     MetadataImage,
     MetadataStore,
+    MetadataStoreError,
     SessionLost,
 )
 from oncelog.errors import KafkaError
@@ -78,8 +79,10 @@ class Controller:
         *,
         stats: ControllerStats | None = None,
         rng: random.Random | None = None,
+        retry_backoff_s: float = 1.0,
     ) -> None:
         self.store = store
+        self.retry_backoff_s = retry_backoff_s
         self.node_id = node_id
         self.settings = settings
         self.stats = stats or ControllerStats()
@@ -98,8 +101,9 @@ class Controller:
 
     async def run(self) -> None:
         """Load the metadata, campaign, and follow the watch until the store is closed or
-        the task is cancelled."""
-        self.image = await self.store.load()
+        the task is cancelled. A failing store (etcd slow or out of reach: the load, the
+        watch or a write) does not end it: it loads the image again after
+        ``retry_backoff_s`` and decides from there (a write it did not make is still due)."""
         try:
             async with asyncio.TaskGroup() as tasks:
                 watch = tasks.create_task(self._follow())
@@ -117,14 +121,31 @@ class Controller:
 
     # -- the watch ----------------------------------------------------------------------------
     async def _follow(self) -> None:
+        while True:
+            try:
+                await self._load_and_watch()
+                return
+            except MetadataStoreError as exc:
+                log.warning("controller: node %d: the metadata store failed (%s); loading "
+                            "again in %.1fs", self.node_id, exc, self.retry_backoff_s)
+            await asyncio.sleep(self.retry_backoff_s)
+
+    async def _load_and_watch(self) -> None:
+        self.image = await self.store.load()
+        self._forget_seen_writes()
+        if self.epoch is not None and self.image.controller != (self.node_id, self.epoch):
+            self._resign(f"the controller key is now {self.image.controller}")
         await self._maybe_campaign()
+        if self.is_active:
+            await self.decide()
         async for event in self.store.watch(self.image.revision):
             self.image.apply(event)
             self._forget_seen_writes()
             if event.kind == "controller":
                 self._check_role(event)
-            # Also after a broker event: this broker may have registered again after losing
-            # its session (its campaign then was refused) while nobody holds the role.
+            # After any event, not only a controller one: a campaign refused while this
+            # broker's session was lost (SessionLost) is tried again while nobody holds the
+            # role (``on_registered`` tries it at once once registered again).
             await self._maybe_campaign()
             if self.is_active:
                 await self.decide()
@@ -136,6 +157,21 @@ class Controller:
             return
         if event.deleted or event.controller != (self.node_id, self.epoch):
             self._resign(f"the controller key is now {event.controller}")
+
+    def on_session_lost(self) -> None:
+        """This broker's session is lost: its controller key went (or goes) with the lease,
+        so it stops acting at once (Kafka's controller resignation on session expiry)."""
+        self._resign("the broker's session is lost")
+
+    async def on_registered(self) -> None:
+        """This broker registered again: campaign if nobody holds the role."""
+        try:
+            await self._maybe_campaign()
+        except MetadataStoreError as exc:  # the watch loop decides again after its reload
+            log.warning("controller: node %d: deciding after the campaign failed: %s",
+                        self.node_id, exc)
+        async with self._changed:
+            self._changed.notify_all()
 
     async def _maybe_campaign(self) -> None:
         if self.is_active or self.image.controller is not None:
@@ -228,7 +264,10 @@ class Controller:
     async def _rebalance_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.imbalance_check_interval_s)
-            await self.rebalance()
+            try:
+                await self.rebalance()
+            except MetadataStoreError as exc:
+                log.warning("controller: preferred leader rebalance failed: %s", exc)
 
     async def _write(self, changes: Mapping[PartitionKey, PartitionChange], why: str) -> None:
         for (topic, partition), change in sorted(changes.items()):
