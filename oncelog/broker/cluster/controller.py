@@ -22,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from oncelog.broker.metrics import ControllerStats
 from oncelog.cluster import controller_decisions as decide
-from oncelog.cluster.controller_decisions import PartitionChange, PartitionKey
+from oncelog.cluster.controller_decisions import ElectionType, PartitionChange, PartitionKey
 from oncelog.cluster.metadata import (
     NO_LEADER,
     MetadataEvent,
@@ -37,7 +38,7 @@ from oncelog.cluster.metadata import (
     MetadataStoreError,
     SessionLost,
 )
-from oncelog.errors import KafkaError
+from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import InternalTopicSpec, internal_topic_specs
 
 log = logging.getLogger(__name__)
@@ -261,6 +262,39 @@ class Controller:
             )
             await self._write(changes, "preferred leader rebalance")
 
+    async def elect_leaders(
+        self, election: ElectionType, partitions: Sequence[PartitionKey] | None,
+        timeout_s: float,
+    ) -> dict[PartitionKey, ErrorCode] | None:
+        """ElectLeaders (KIP-460) decided over the controller's image and written with
+        compare-and-swap as a controller write; each partition's error code (every partition
+        of the image when ``partitions`` is None), or None when this broker is not the
+        controller. A partition whose state changed under the decision is decided again
+        once the watch brings the change (until ``timeout_s``: REQUEST_TIMED_OUT)."""
+        errors: dict[PartitionKey, ErrorCode] = {}
+        pending = list(self.image.partitions) if partitions is None else list(partitions)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while pending:
+            async with self._lock:
+                if self.epoch is None:
+                    return None
+                result = decide.elect_leaders(self.image, election, pending,
+                                              controller_epoch=self.epoch)
+                errors.update(result.errors)
+                written = await self._write(result.changes, f"{election.name} election")
+            conflicts = [k for k in result.changes if k not in written]
+            pending = []
+            if conflicts:
+                seen = {k: result.changes[k].expected_version for k in conflicts}
+                try:
+                    await self.wait_for(partial(_moved_past, seen),
+                                        max(0.0, deadline - loop.time()))
+                    pending = conflicts
+                except TimeoutError:
+                    errors.update(dict.fromkeys(conflicts, ErrorCode.request_timed_out))
+        return errors
+
     async def _rebalance_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.imbalance_check_interval_s)
@@ -269,7 +303,11 @@ class Controller:
             except MetadataStoreError as exc:
                 log.warning("controller: preferred leader rebalance failed: %s", exc)
 
-    async def _write(self, changes: Mapping[PartitionKey, PartitionChange], why: str) -> None:
+    async def _write(
+        self, changes: Mapping[PartitionKey, PartitionChange], why: str,
+    ) -> set[PartitionKey]:
+        """Write ``changes`` (CAS, fenced as this controller); the keys written."""
+        written: set[PartitionKey] = set()
         for (topic, partition), change in sorted(changes.items()):
             key = (topic, partition)
             if key in self._written or self.epoch is None:
@@ -286,6 +324,7 @@ class Controller:
                          "the watch brings it", topic, partition, change.expected_version)
                 continue
             self._written[key] = version
+            written.add(key)
             if old is not None and new.leader != old.leader:
                 self.stats.leader_elections += 1
                 if new.leader != NO_LEADER and new.leader not in old.isr:
@@ -293,3 +332,12 @@ class Controller:
             log.info("controller: %s-%d leader %s→%s epoch %d isr %s (%s)", topic, partition,
                      None if old is None else old.leader, new.leader, new.leader_epoch,
                      list(new.isr), why)
+        return written
+
+
+def _moved_past(versions: Mapping[PartitionKey, int], controller: Controller) -> bool:
+    """Whether the controller's image has seen a newer version of each partition (or the
+    partition is gone)."""
+    image = controller.image
+    return all(image.partitions[k].version > v for k, v in versions.items()
+               if k in image.partitions)

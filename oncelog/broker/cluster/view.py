@@ -42,7 +42,9 @@ _SEEN_TIMEOUT_S = 10.0
 
 def _info(assignment: TopicAssignment) -> TopicInfo:
     return TopicInfo(assignment.name, assignment.topic_id, assignment.partition_count,
-                     dict(assignment.configs))
+                     dict(assignment.configs),
+                     replication_factor=len(assignment.replicas[0]) if assignment.replicas
+                     else 0)
 
 
 class StoreTopicAdmin:
