@@ -3,11 +3,14 @@ answers the real replication factor; after a broker's restart leaves leadership 
 (automatic rebalancing off), ElectLeaders PREFERRED sent to a broker that is not the
 controller moves each partition back to its preferred replica (leader epoch + 1, visible in
 Metadata when the answer comes), a second call answers ELECTION_NOT_NEEDED, and so does an
-UNCLEAN election of a partition whose in-sync leader is alive."""
+UNCLEAN election of a partition whose in-sync leader is alive; ``oncelog topics
+elect-leaders`` reports both as kafka-leader-election.sh does."""
 
 from __future__ import annotations
 
 import datetime
+import subprocess
+import sys
 from collections.abc import Callable
 
 from kio.schema.create_topics.v7 import request as ct
@@ -17,6 +20,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from oncelog.cluster.controller_decisions import ElectionType
 from oncelog.errors import ErrorCode
+from tests.support.broker import REPO_ROOT
 from tests.support.cluster import ClusterProcess, MetadataView
 from tests.support.rawkafka import request_once
 
@@ -90,3 +94,12 @@ def test_created_factor_and_preferred_election_after_restart(
     unclean = elect(cluster, after.controller_id, ElectionType.UNCLEAN, (0, PARTITIONS))
     assert unclean == {0: ErrorCode.election_not_needed,
                        PARTITIONS: ErrorCode.unknown_topic_or_partition}
+
+    tool = subprocess.run(
+        [sys.executable, "-m", "oncelog.cli.main", "topics", "elect-leaders",
+         "--bootstrap-server", cluster.bootstrap, "--election-type", "PREFERRED",
+         "--topic", TOPIC, "--partition", "1"],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+    )
+    assert (tool.returncode, tool.stdout) == (
+        0, f"Valid replica already elected for partitions {TOPIC}-1\n")

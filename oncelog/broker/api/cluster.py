@@ -232,7 +232,7 @@ def _election_message(
     if code is ErrorCode.election_not_needed:
         return "Leader election not needed for topic partition."
     if code is ErrorCode.unknown_topic_or_partition:
-        return f"No such topic-partition as {topic}-{index}"
+        return "The partition does not exist."
     strategy = ("PreferredElectionStrategy" if election is ElectionType.PREFERRED
                 else "UncleanElectionStrategy")
     return f"Failed to elect leader for partition {topic}-{index} under strategy {strategy}"
