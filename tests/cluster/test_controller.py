@@ -2,8 +2,8 @@
 brokers campaign and one acts; the internal topics appear once enough brokers are alive;
 the controller's store closing hands the role over and the new controller finishes the
 elections; a registration vanishing moves leaders; a controlled shutdown moves leadership
-away; a refused compare-and-swap is decided again. Waits are on the controllers' images
-(updated by the watch) with deadlines, never sleeps."""
+away; a refused compare-and-swap is decided again (also in an ElectLeaders election).
+Waits are on the controllers' images (updated by the watch) with deadlines, never sleeps."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from oncelog.broker.cluster.controller import Controller, ControllerSettings
+from oncelog.cluster.controller_decisions import ElectionType
 from oncelog.cluster.metadata import (
     NO_LEADER,
     BrokerRegistration,
@@ -21,6 +22,7 @@ from oncelog.cluster.metadata import (
     PartitionState,
 )
 from oncelog.cluster.metadata_store import EtcdMetadataStore
+from oncelog.errors import ErrorCode
 from oncelog.internal_topics import TRANSACTION_STATE_TOPIC, InternalTopicSpec
 from tests.support.etcd import EtcdProcess, unique_prefix
 
@@ -253,5 +255,59 @@ def test_a_failing_store_does_not_stop_the_controller(etcd: EtcdProcess) -> None
             await cluster.wait(1, off(3))
             assert FailingOnceStore.failed
             assert not cluster.tasks[1].done() and cluster.active() == [1]
+
+    asyncio.run(scenario())
+
+
+class RacingElectionStore(EtcdMetadataStore):
+    """Once ``armed``, the next controller write of a partition loses a race to a leader's
+    ISR write on the same partition."""
+
+    armed = False
+
+    async def compare_and_set_partition(
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        expected_version: int,
+        *,
+        as_controller: tuple[int, int] | None = None,
+    ) -> int | None:
+        if RacingElectionStore.armed and as_controller is not None:
+            RacingElectionStore.armed = False
+            current = (await self.load()).partitions[(topic, partition)]
+            competing = current.state.with_isr(current.state.isr)
+            assert await super().compare_and_set_partition(
+                topic, partition, competing, current.version) is not None
+        return await super().compare_and_set_partition(
+            topic, partition, state, expected_version, as_controller=as_controller
+        )
+
+
+def test_elect_leaders_moves_back_to_the_preferred_replica_despite_a_race(
+    etcd: EtcdProcess,
+) -> None:
+    async def scenario() -> None:
+        async with cluster_of(etcd, RacingElectionStore) as cluster:
+            await cluster.start_three()
+            controller = cluster.controllers[1]
+            key = (TRANSACTION_STATE_TOPIC, 0)
+            preferred = controller.image.replicas(*key)[0]
+            current = controller.image.partitions[key]
+            other = next(r for r in current.state.isr if r != preferred)
+            moved = current.state.with_leader(other, current.state.isr, 0)
+            assert await cluster.stores[2].compare_and_set_partition(
+                *key, moved, current.version) is not None
+            await cluster.wait(1, lambda image: image.leader(*key) == other)
+
+            RacingElectionStore.armed = True
+            errors = await controller.elect_leaders(ElectionType.PREFERRED, [key], DEADLINE_S)
+            assert errors == {key: ErrorCode.none}
+            assert controller.stats.cas_conflicts == 1
+            await cluster.wait(1, lambda image: image.leader(*key) == preferred)
+            assert controller.image.partitions[key].state.leader_epoch == moved.leader_epoch + 1
+            again = await controller.elect_leaders(ElectionType.PREFERRED, [key], DEADLINE_S)
+            assert again == {key: ErrorCode.election_not_needed}
 
     asyncio.run(scenario())
