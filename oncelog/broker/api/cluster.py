@@ -2,7 +2,8 @@
 
 DescribeCluster, DescribeTopicPartitions (KIP-966, paged) and ElectLeaders answer from the
 cluster view (``ctx.services.cluster``: on one node this node leads every partition, so no
-election is ever needed), List/AlterPartitionReassignments (one
+election is ever needed; in cluster mode ElectLeaders is the controller's,
+``ctx.services.elections``), List/AlterPartitionReassignments (one
 node: none in progress; a reassignment to this node alone is already done),
 DescribeLogDirs (real sizes per log directory) and AlterReplicaLogDirs (moves a partition
 between the directories of ``log.dirs``, see ``PartitionRegistry.move_partition``).
