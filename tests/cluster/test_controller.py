@@ -265,24 +265,15 @@ class RacingElectionStore(EtcdMetadataStore):
 
     armed = False
 
-    async def compare_and_set_partition(
-        self,
-        topic: str,
-        partition: int,
-        state: PartitionState,
-        expected_version: int,
-        *,
-        as_controller: tuple[int, int] | None = None,
-    ) -> int | None:
-        if RacingElectionStore.armed and as_controller is not None:
+    async def compare_and_set_partition(self, *args: Any, **kwargs: Any) -> int | None:
+        if RacingElectionStore.armed and kwargs.get("as_controller") is not None:
             RacingElectionStore.armed = False
-            current = (await self.load()).partitions[(topic, partition)]
+            key = (args[0], args[1])
+            current = (await self.load()).partitions[key]
             competing = current.state.with_isr(current.state.isr)
             assert await super().compare_and_set_partition(
-                topic, partition, competing, current.version) is not None
-        return await super().compare_and_set_partition(
-            topic, partition, state, expected_version, as_controller=as_controller
-        )
+                *key, competing, current.version) is not None
+        return await super().compare_and_set_partition(*args, **kwargs)
 
 
 def test_elect_leaders_moves_back_to_the_preferred_replica_despite_a_race(
