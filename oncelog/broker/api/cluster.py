@@ -19,7 +19,8 @@ from typing import Any
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.admin import ZERO_UUID, live_brokers
 from oncelog.broker.api.authorized import OMITTED, TOPIC_OPERATIONS, cluster_operations
-from oncelog.broker.cluster_view import ClusterView
+from oncelog.broker.cluster_view import NO_LEADER, ClusterView
+from oncelog.broker.markers import sender_broker
 from oncelog.broker.partitions import PartitionRegistry, log_size
 from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
 from oncelog.cluster.controller_decisions import ElectionType
@@ -203,7 +204,12 @@ async def _cluster_elect_leaders(ctx: RequestContext, request: Any, mod: Any) ->
                   for index in entry.partitions]
     errors = await elections.elect(election, wanted, timeout_ms)
     if errors is None:  # not the controller: Kafka forwards ElectLeaders to it
+        controller_id = ctx.services.cluster.controller_id()
         try:
+            # A request forwarded once is not forwarded again (stale images could bounce it).
+            if sender_broker(ctx.client_id) is not None or controller_id in (
+                    NO_LEADER, ctx.services.node.node_id):
+                raise LookupError(f"no other controller to forward to ({controller_id})")
             return await elections.forward(request, timeout_ms)
         except (LookupError, BrokerConnectionError, KafkaTimeoutError) as exc:
             log.info("ElectLeaders: cannot reach the controller: %s", exc)

@@ -37,8 +37,8 @@ class ClusterElections:
         self.peers = peers
 
     async def forward(self, request: Any, timeout_ms: int) -> Any:
-        """The controller broker's answer to ``request``; NOT_CONTROLLER (KafkaError) when
-        there is no live controller to forward to."""
+        """The controller broker's answer to ``request``; LookupError when the controller
+        is not a live broker."""
         controller_id = self.peers.view.controller_id()
         conn = await self.peers.get(controller_id)
         log.info("ElectLeaders forwarded to the controller, broker %d", controller_id)
