@@ -50,6 +50,12 @@ class Scenario:
     producers: int = 1
     """Transaction-rate scenarios: this many producer processes at once, each with its own
     transactional id and partition (``partitions`` must be at least this many)."""
+    replication_factor: int = 1
+    """The topic's; brokers with fewer nodes (bench/brokers.py SIZES) skip the scenario."""
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+    """Topic configs at creation, e.g. ``min.insync.replicas``."""
+    consume: bool = True
+    """False: the produce phase only (no consumer run)."""
     default: bool = True
     description: str = ""
 
@@ -178,5 +184,52 @@ register(
         description="8 producer processes at once, each its own transactional id and "
         "partition, each doing 500 small transactions of 10 x 100 B one after the other; "
         "aggregate transactions/s (total over the span from the first start to the last end)",
+    )
+)
+
+# Replication (issue 14): the same produce on one node, on three nodes with rf=1, and on three
+# nodes with rf=3 acks=all min.insync.replicas=2. Six partitions: two led by each of three
+# brokers. Produce only (the figure is the cost of replicating the writes).
+REPLICATED: Mapping[str, str] = {"min.insync.replicas": "2"}
+register(
+    Scenario(
+        "1KiB-x200k-6p-rf1-acks1",
+        200_000,
+        1024,
+        6,
+        producer={"acks": "1"},
+        consume=False,
+        default=False,
+        description="replication factor 1, acks=1, produce only (one node, or spread over "
+        "three)",
+    )
+)
+register(
+    Scenario(
+        "1KiB-x200k-6p-rf3-acksall",
+        200_000,
+        1024,
+        6,
+        producer={"acks": "all"},
+        replication_factor=3,
+        topic_config=REPLICATED,
+        consume=False,
+        default=False,
+        description="replication factor 3, acks=all, min.insync.replicas=2, produce only",
+    )
+)
+register(
+    Scenario(
+        "txn-rate-10x100B-1p-rf3",
+        10,
+        100,
+        1,
+        producer={"enable.idempotence": True, "linger.ms": 0},
+        small_txns=2000,
+        replication_factor=3,
+        topic_config=REPLICATED,
+        default=False,
+        description="txn-rate-10x100B-1p on a replication-factor-3 topic "
+        "(min.insync.replicas=2; the transaction log is replicated too)",
     )
 )

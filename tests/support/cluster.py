@@ -89,8 +89,10 @@ class ClusterProcess:
         brokers: int = 3,
         configs: Mapping[str, ConfigValue] | None = None,
         etcd: EtcdProcess | None = None,
+        log_level: str = "INFO",
     ) -> None:
         self.base_dir = Path(base_dir)
+        self.log_level = log_level
         self._own_etcd = etcd is None
         self.etcd = etcd
         self.prefix = unique_prefix()
@@ -106,6 +108,7 @@ class ClusterProcess:
             self.brokers[node_id] = BrokerProcess(
                 self.base_dir / f"broker-{node_id}",
                 node_id=node_id,
+                log_level=self.log_level,
                 configs={
                     **self.configs,
                     "metadata.etcd.endpoints": self.etcd.endpoint,
