@@ -325,16 +325,14 @@ def results_table(
             lines.append("| " + " | ".join(cells) + " |")
         if join_cells:
             joins.append(f"| {scenario.name} | " + " | ".join(join_cells) + " |")
-    text = "\n".join(lines)
+    parts = ["\n".join(lines)] if len(rate_scenarios) < len(scenarios) else []
     if len(joins) > 2:
-        text += "\n\nConsumer group join (subscribe to partition assignment):\n\n"
-        text += "\n".join(joins)
-    side = side_cpu_table(outcomes, scenarios)
-    if side:
-        text += "\n\n" + side
+        parts.append("Consumer group join (subscribe to partition assignment):\n\n"
+                     + "\n".join(joins))
+    parts.append(side_cpu_table(outcomes, scenarios))
     if rate_scenarios:
-        text += "\n\n" + txn_rate_table(outcomes, broker_names, rate_scenarios)
-    return text
+        parts.append(txn_rate_table(outcomes, broker_names, rate_scenarios))
+    return "\n\n".join(part for part in parts if part)
 
 
 def side_cpu_table(outcomes: list[dict[str, Any]], scenarios: list[Scenario]) -> str:
