@@ -7,6 +7,7 @@ Add one with ``register(Scenario(...))``; ``default=False`` keeps it out of the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,44 +192,28 @@ register(
 # nodes with rf=3 acks=all min.insync.replicas=2. Six partitions: two led by each of three
 # brokers. Produce only (the figure is the cost of replicating the writes).
 REPLICATED: Mapping[str, str] = {"min.insync.replicas": "2"}
-register(
-    Scenario(
-        "1KiB-x200k-6p-rf1-acks1",
-        200_000,
-        1024,
-        6,
-        producer={"acks": "1"},
-        consume=False,
-        default=False,
-        description="replication factor 1, acks=1, produce only (one node, or spread over "
-        "three)",
+for _rf, _acks, _what in ((1, "1", "one node, or spread over three"),
+                          (3, "all", "min.insync.replicas=2")):
+    register(
+        Scenario(
+            f"1KiB-x200k-6p-rf{_rf}-acks{_acks}",
+            200_000,
+            1024,
+            6,
+            producer={"acks": _acks},
+            replication_factor=_rf,
+            topic_config=REPLICATED if _rf > 1 else {},
+            consume=False,
+            default=False,
+            description=f"replication factor {_rf}, acks={_acks}, produce only ({_what})",
+        )
     )
-)
 register(
-    Scenario(
-        "1KiB-x200k-6p-rf3-acksall",
-        200_000,
-        1024,
-        6,
-        producer={"acks": "all"},
+    dataclasses.replace(
+        SCENARIOS["txn-rate-10x100B-1p"],
+        name="txn-rate-10x100B-1p-rf3",
         replication_factor=3,
         topic_config=REPLICATED,
-        consume=False,
-        default=False,
-        description="replication factor 3, acks=all, min.insync.replicas=2, produce only",
-    )
-)
-register(
-    Scenario(
-        "txn-rate-10x100B-1p-rf3",
-        10,
-        100,
-        1,
-        producer={"enable.idempotence": True, "linger.ms": 0},
-        small_txns=2000,
-        replication_factor=3,
-        topic_config=REPLICATED,
-        default=False,
         description="txn-rate-10x100B-1p on a replication-factor-3 topic "
         "(min.insync.replicas=2; the transaction log is replicated too)",
     )
