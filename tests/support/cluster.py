@@ -114,11 +114,13 @@ class ClusterProcess:
         etcd: EtcdProcess | None = None,
         env: Mapping[str, str] | None = None,
         network: Network | None = None,
+        log_level: str = "INFO",
     ) -> None:
         if network is not None and etcd is not None:
             raise ValueError("a namespaced cluster runs its own etcd in host 'etcd'")
         self.base_dir = Path(base_dir)
         self.network = network
+        self.log_level = log_level
         self._own_etcd = etcd is None
         self.etcd = etcd
         self.prefix = unique_prefix()
@@ -173,9 +175,10 @@ class ClusterProcess:
         data_dir = self.base_dir / f"broker-{node_id}"
         if self.network is None:
             return BrokerProcess(data_dir, node_id=node_id, configs=configs,
-                                 env=self._broker_env())
+                                 env=self._broker_env(), log_level=self.log_level)
         return self.network.broker(self.host(node_id), data_dir, node_id=node_id,
-                                   configs=configs, env=self._broker_env())
+                                   configs=configs, env=self._broker_env(),
+                                   log_level=self.log_level)
 
     @staticmethod
     def host(node_id: int) -> str:
