@@ -17,7 +17,7 @@ from kio.static.primitive import i8
 
 from oncelog.client import Producer as OncelogProducer
 from tests.support.cluster import ClusterProcess, MetadataView
-from tests.support.kafka import JavaClient
+from tests.support.kafka import JavaClient, Json
 from tests.support.rawkafka import request_once
 from tests.support.replicated import (
     REPLICATION_CONFIGS,
@@ -173,3 +173,35 @@ def test_oncelog_client_and_java_client_produce_with_acks_all(
     values = read_all(cluster.bootstrap, topic, 3)
     assert sorted(values) == sorted([f"oncelog-{i}".encode() for i in range(300)]
                                     + [str(line["value"]).encode() for line in acked])
+
+
+def test_java_idempotent_producer_loses_and_duplicates_nothing_when_leader_killed(
+    cluster: ClusterProcess, tmp_path: Path
+) -> None:
+    topic = create_topic(cluster)
+    old = leader_of(cluster, topic)
+    config = tmp_path / "producer.properties"
+    config.write_text("enable.idempotence=true\nacks=all\nretries=1000000\n")
+    java = JavaClient("org.apache.kafka.tools.VerifiableProducer", "--topic", topic,
+                      "--max-messages", "2000", "--throughput", "200",
+                      "--bootstrap-server", cluster.bootstrap,
+                      "--command-config", str(config), log_path=tmp_path / "java.log")
+
+    def acked(lines: list[Json]) -> list[str]:
+        return [str(line["value"]) for line in lines
+                if line.get("name") == "producer_send_success"]
+
+    java.wait_for(lambda lines: len(acked(lines)) >= 300, 30, "300 acknowledgements")
+    cluster.kill(old)
+    assert java.returncode is None, "the producer finished before the leader was killed"
+    view = cluster.wait_until(
+        lambda m: m.topics[topic][0].leader not in (old, -1), "a new leader")
+    assert java.wait(60) == 0, java.log_tail()
+    lines = java.snapshot()
+    assert [line for line in lines if line.get("name") == "producer_send_error"] == []
+    sent = acked(lines)
+    assert len(sent) == 2000, java.log_tail()
+    values = [v.decode() for v in
+              read_all(cluster.brokers[view.topics[topic][0].leader].bootstrap, topic, 1)]
+    assert len(values) == len(set(values)), "a record is in the log twice"
+    assert set(sent) <= set(values), "an acknowledged record is lost"
