@@ -90,8 +90,12 @@ class TransactionalWorkload:
             thread.start()
 
     # -- a producer's thread ------------------------------------------------------------------
-    def _new_producer(self, n: int) -> Producer:
-        while True:
+    def _new_producer(self, n: int, attempts: int | None = None) -> Producer:
+        """A producer of transactional id ``n`` after init_transactions; retried until it
+        succeeds (``attempts`` times at most, then AssertionError)."""
+        attempt = 0
+        while attempts is None or attempt < attempts:
+            attempt += 1
             producer = Producer({
                 "bootstrap.servers": self.bootstrap,
                 "transactional.id": self.transactional_ids[n],
@@ -104,6 +108,8 @@ class TransactionalWorkload:
             except (KafkaException, _Fatal) as exc:
                 self._count(exc)
                 logger.warning("producer %d: init_transactions failed: %s", n, exc)
+        raise AssertionError(f"{self.transactional_ids[n]}: init_transactions failed "
+                             f"{attempts} times (a transaction never completes?)")
 
     def _count(self, exc: BaseException) -> None:
         error = _error(exc.__cause__ or exc) if isinstance(exc, _Fatal) else _error(exc)
@@ -128,6 +134,7 @@ class TransactionalWorkload:
                         txn.values.append(value)
                 if not commit:
                     txn.outcome = ABORTED
+                    producer.flush(END_TIMEOUT)  # into the log first, else only purged
                     _call("abort_transaction", producer.abort_transaction, END_TIMEOUT)
                 else:
                     txn.outcome = UNKNOWN  # from here on, until commit returns
@@ -178,7 +185,7 @@ class TransactionalWorkload:
             thread.join(300)
             assert not thread.is_alive(), "a producer did not finish its transaction"
         for n in range(len(self.transactional_ids)):
-            self._new_producer(n).flush(10)
+            self._new_producer(n, attempts=3).flush(10)
 
 
 def check_transactions(transactions: list[Transaction], committed_read: list[bytes],
@@ -187,7 +194,9 @@ def check_transactions(transactions: list[Transaction], committed_read: list[byt
     under read_committed), ``lost_writes`` (a committed transaction's value not visible),
     ``aborted_reads`` (an aborted transaction's value visible), ``torn_transactions`` (a
     transaction partly visible, whatever its outcome; an unknown one must be all or
-    nothing), ``unexpected_values`` (a visible value no transaction wrote)."""
+    nothing), ``unexpected_values`` (a visible value no transaction wrote). Not anomalies:
+``aborted_values_in_log`` (aborted values read_uncommitted sees: the aborts reached the
+log), ``read_uncommitted_duplicates``."""
     seen = Counter(committed_read)
     written = {v for t in transactions for v in t.values}
     result: Counter[str] = Counter()
@@ -211,11 +220,14 @@ def check_transactions(transactions: list[Transaction], committed_read: list[byt
     result["read_uncommitted_values"] = len(uncommitted_read)
     result["read_uncommitted_duplicates"] = sum(c - 1 for c in uncommitted.values() if c > 1)
     result["committed_not_in_read_uncommitted"] = sum(1 for v in seen if v not in uncommitted)
+    result["aborted_values_in_log"] = sum(
+        1 for t in transactions if t.outcome == ABORTED for v in t.values if v in uncommitted)
     return {key: result[key] for key in (
         COMMITTED, ABORTED, UNKNOWN, "unknown_resolved_committed", "unknown_resolved_aborted",
         "unknown_torn", "duplicates", "lost_writes", "aborted_reads", "torn_transactions",
         "unexpected_values", "read_committed_values", "read_uncommitted_values",
-        "read_uncommitted_duplicates", "committed_not_in_read_uncommitted")}
+        "read_uncommitted_duplicates", "committed_not_in_read_uncommitted",
+        "aborted_values_in_log")}
 
 
 ANOMALIES = ("duplicates", "lost_writes", "aborted_reads", "torn_transactions",
