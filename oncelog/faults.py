@@ -6,7 +6,11 @@ tests can stop it at a precise step of a protocol (after a transaction-log recor
 two markers, ...). Unset, each point costs one set lookup.
 
 Points: ``txn.logged.<State>`` after a transaction-log record of that state is appended
-(e.g. ``txn.logged.Ongoing``, ``txn.logged.PrepareCommit``); ``markers.after_first`` after
+(e.g. ``txn.logged.Ongoing``, ``txn.logged.PrepareCommit``; in cluster mode that is before
+the in-sync replicas have the record); ``txn.prepared.before_markers`` once EndTxn's
+PrepareCommit/PrepareAbort is acknowledged by the in-sync replicas and applied, before any
+marker is sent (only on the EndTxn path, not when a coordinator resumes the markers of a
+transaction it loaded); ``markers.after_first`` after
 the first of several markers of one transaction is appended; ``cleaner.prepared`` once a
 log cleaner pass has staged its cleaned segments, ``cleaner.swap.<step>`` just before each
 step of swapping them in (``range``, ``sidecars``, ``log``, ``delete``, ``rename``).

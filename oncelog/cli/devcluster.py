@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--etcd-port", type=int, default=2379, help="etcd's client port")
     p.add_argument("--etcd", default=None, help="the etcd binary (default: etcd on PATH, "
                    "else /usr/bin/etcd)")
+    p.add_argument("-c", dest="configs", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker setting for every broker, as `oncelog serve -c` (repeatable; "
+                   "e.g. -c transaction.two.phase.commit.enable=true for the Spark sink)")
     p.set_defaults(handler=cmd_dev_cluster)
 
 
@@ -93,13 +96,7 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
         for node_id in range(1, args.brokers + 1):
             port = args.port + node_id - 1
             log_path = base / f"broker-{node_id}.log"
-            broker = _start([
-                sys.executable, "-m", "oncelog.cli.main", "serve",
-                "--data-dir", str(base / f"broker-{node_id}"), "--node-id", str(node_id),
-                "--listen", f"{LOOPBACK}:{port}",
-                "-c", f"metadata.etcd.endpoints={LOOPBACK}:{args.etcd_port}",
-                *_internal_replication(args.brokers),
-            ], log_path)
+            broker = _start(broker_argv(args, node_id, base), log_path)
             processes.append((f"broker {node_id}", broker))
             _wait_for_line(log_path, "oncelog ready on", broker, f"broker {node_id}")
             print(f"broker {node_id} ready on {LOOPBACK}:{port} (log {log_path})", flush=True)
@@ -127,6 +124,19 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
                     proc.wait()
                 print(f"{name} stopped", flush=True)
     return 0
+
+
+def broker_argv(args: argparse.Namespace, node_id: int, base: Path) -> list[str]:
+    """``oncelog serve`` for broker ``node_id``: its port and data directory, etcd, the
+    internal topics' replication, then the user's ``-c`` settings (which win)."""
+    return [
+        sys.executable, "-m", "oncelog.cli.main", "serve",
+        "--data-dir", str(base / f"broker-{node_id}"), "--node-id", str(node_id),
+        "--listen", f"{LOOPBACK}:{args.port + node_id - 1}",
+        "-c", f"metadata.etcd.endpoints={LOOPBACK}:{args.etcd_port}",
+        *_internal_replication(args.brokers),
+        *(flag for setting in args.configs for flag in ("-c", setting)),
+    ]
 
 
 def _internal_replication(brokers: int) -> list[str]:

@@ -17,6 +17,12 @@ Points: ``task.write`` (a task has sent its first records, before prepare),
 (after completing the first transaction of several), ``commit.done`` (every transaction
 completed, before Spark writes its commit log). Unset, each point costs a dict lookup.
 ``ONCELOG_SPARK_CRASH_LOG=path`` gets a line naming each crash point that fired.
+
+``ONCELOG_SPARK_HOLD_AT=point[@batch][:partition][,...]`` with ``ONCELOG_SPARK_HOLD_DIR=dir``
+instead stops the process at a crash point until the test says go: it creates
+``dir/held-<point>-<batch>`` and waits (at most ``HOLD_MAX_S``) for
+``dir/release-<point>-<batch>``. A cluster test uses it to kill a broker at a known step
+of the protocol (e.g. every task prepared, the driver not yet completing anything).
 """
 
 from __future__ import annotations
@@ -24,11 +30,22 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["InjectedFailure", "crash_point", "fail_point", "parse_points"]
+__all__ = [
+    "HOLD_MAX_S",
+    "InjectedFailure",
+    "crash_point",
+    "fail_point",
+    "hold_point",
+    "parse_points",
+]
+
+HOLD_MAX_S = 600.0
 
 
 class InjectedFailure(RuntimeError):
@@ -66,6 +83,7 @@ def _points(variable: str) -> tuple[Point, ...]:
 
 
 def crash_point(name: str, batch: int | None = None, partition: int | None = None) -> None:
+    hold_point(name, batch, partition)
     if any(p.matches(name, batch, partition) for p in _points("ONCELOG_SPARK_CRASH_AT")):
         log.critical(
             "crash point %s (batch %s, partition %s): killing the driver's process group (SIGKILL)",
@@ -84,6 +102,33 @@ def crash_point(name: str, batch: int | None = None, partition: int | None = Non
             with open(record, "a", encoding="utf-8") as file:
                 file.write(line)
         kill_session()
+
+
+def hold_point(name: str, batch: int | None, partition: int | None) -> None:
+    """Wait at this point for the test's release file (see the module's docstring)."""
+    folder = os.environ.get("ONCELOG_SPARK_HOLD_DIR")
+    if not folder or not any(
+        p.matches(name, batch, partition) for p in _points("ONCELOG_SPARK_HOLD_AT")
+    ):
+        return
+    held = Path(folder) / f"held-{name}-{batch}"
+    release = Path(folder) / f"release-{name}-{batch}"
+    log.warning(
+        "hold point %s (batch %s, partition %s): waiting for %s", name, batch, partition, release
+    )
+    held.touch()
+    deadline = time.monotonic() + HOLD_MAX_S
+    while not release.exists():
+        if time.monotonic() > deadline:
+            log.error(
+                "hold point %s (batch %s): no release within %.0f s, going on",
+                name,
+                batch,
+                HOLD_MAX_S,
+            )
+            return
+        time.sleep(0.05)  # polling for the test's file: the wait is for an outside event
+    log.warning("hold point %s (batch %s, partition %s): released", name, batch, partition)
 
 
 def kill_session() -> None:

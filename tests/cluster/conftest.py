@@ -33,14 +33,14 @@ ClusterFactory = Callable[..., ClusterProcess]
 def cluster_factory(
     request: pytest.FixtureRequest, tmp_path: Path, etcd: EtcdProcess
 ) -> Iterator[ClusterFactory]:
-    """``cluster_factory(brokers=3, configs={...})``: a started ClusterProcess on the
+    """``cluster_factory(brokers=3, configs={...}, env={...})``: a started ClusterProcess on the
     module's etcd (its own key prefix); all killed at teardown, logs printed on failure."""
     made: list[ClusterProcess] = []
 
-    def make(brokers: int = 3, configs: Mapping[str, ConfigValue] | None = None
-             ) -> ClusterProcess:
+    def make(brokers: int = 3, configs: Mapping[str, ConfigValue] | None = None,
+             env: Mapping[str, str] | None = None) -> ClusterProcess:
         cluster = ClusterProcess(tmp_path / f"cluster-{len(made)}", brokers=brokers,
-                                 configs=configs, etcd=etcd)
+                                 configs=configs, etcd=etcd, env=env)
         made.append(cluster)
         return cluster.start()
 

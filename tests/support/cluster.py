@@ -6,6 +6,9 @@
         cluster.wait_until(lambda m: 2 not in m.brokers, "broker 2 gone")
         cluster.restart(2)               # same port, same data directory
 
+``env`` adds to every broker's environment (e.g. ``{"ONCELOG_CRASH_AT": point}``: a crash
+point of oncelog.faults, which only the broker that reaches it acts on).
+
 Brokers are node ids 1..N, each with its own data directory under ``base_dir`` and a short
 session (``broker.session.timeout.ms`` 2000 unless the test says otherwise), so a killed
 broker is noticed in seconds. ``start()`` returns once every broker printed its ready line
@@ -16,6 +19,7 @@ with a deadline, by polling Metadata (never by sleeping for a guessed time). On 
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -26,7 +30,7 @@ from typing import Any, Self
 
 from kio.schema.metadata.v12 import request as md
 
-from tests.support.broker import BrokerProcess, ConfigValue
+from tests.support.broker import REPO_ROOT, BrokerProcess, ConfigValue
 from tests.support.etcd import EtcdProcess, start_etcd, unique_prefix
 from tests.support.rawkafka import request_once
 
@@ -89,6 +93,7 @@ class ClusterProcess:
         brokers: int = 3,
         configs: Mapping[str, ConfigValue] | None = None,
         etcd: EtcdProcess | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.base_dir = Path(base_dir)
         self._own_etcd = etcd is None
@@ -96,6 +101,7 @@ class ClusterProcess:
         self.prefix = unique_prefix()
         self.configs = {**CLUSTER_TEST_CONFIGS, **(configs or {})}
         self.count = brokers
+        self.env = dict(env or {})
         self.brokers: dict[int, BrokerProcess] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -111,6 +117,7 @@ class ClusterProcess:
                     "metadata.etcd.endpoints": self.etcd.endpoint,
                     "metadata.etcd.prefix": self.prefix,
                 },
+                env=self._broker_env(),
             ).start()
         self.wait_until(
             lambda m: len(m.brokers) == self.count and m.controller_id > 0
@@ -118,6 +125,15 @@ class ClusterProcess:
             f"{self.count} brokers and a controller", timeout=timeout,
         )
         return self
+
+    def _broker_env(self) -> dict[str, str] | None:
+        """The brokers' environment: this process's (repository first on PYTHONPATH, as
+        BrokerProcess does by default) plus ``env`` (e.g. ``ONCELOG_CRASH_AT``)."""
+        if not self.env:
+            return None
+        path = os.environ.get("PYTHONPATH")
+        return {**os.environ, "PYTHONPATH": str(REPO_ROOT) + (os.pathsep + path if path else ""),
+                **self.env}
 
     def close(self) -> None:
         for broker in self.brokers.values():

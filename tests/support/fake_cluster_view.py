@@ -38,6 +38,7 @@ class FakeClusterView:
     partitions: dict[tuple[str, int], PartitionLeadership] = field(default_factory=dict)
     controller: int = OTHER
     coordinator_leader: int = ME
+    txn_coordinator_leader: int | None = None  # transactional ids' coordinator, if not the above
     coordinator_partitions: Mapping[str, int] = field(
         default_factory=lambda: {OFFSETS_TOPIC: 50, TRANSACTION_STATE_TOPIC: 50}
     )
@@ -71,7 +72,10 @@ class FakeClusterView:
     def coordinator(self, key_type: int, key: str) -> CoordinatorLocation:
         topic = TRANSACTION_STATE_TOPIC if key_type == 1 else OFFSETS_TOPIC
         index = coordinator_partition(self.coordinator_partitions[topic], key)
-        return CoordinatorLocation(topic, index, self.coordinator_leader)
+        leader = self.coordinator_leader
+        if key_type == 1 and self.txn_coordinator_leader is not None:
+            leader = self.txn_coordinator_leader
+        return CoordinatorLocation(topic, index, leader)
 
 
 def _no_admin() -> Any:

@@ -137,11 +137,23 @@ class GroupMember:
                 if isinstance(exc, KafkaClientError) and exc.code in _COORDINATOR_MOVED | {
                     ErrorCode.coordinator_load_in_progress
                 }:
+                    # The coordinator moved (or its broker is gone): find it again and go on
+                    # in the same generation, as Kafka's AbstractCoordinator does
+                    # (markCoordinatorUnknown, no rejoin). The new coordinator loaded the
+                    # group from __consumer_offsets; if it does not know this member, the
+                    # next heartbeat says so and the member rejoins then. A join that was
+                    # under way is still wanted (the flag stays set) and is sent again.
                     self._forget_coordinator()
-                logger.info(
-                    "group %s member %s: %s; rejoining", self.group_id, self.member_id or "-", exc
-                )
-                self.request_rejoin()
+                    logger.info(
+                        "group %s member %s generation %d: %s; finding the coordinator again",
+                        self.group_id, self.member_id or "-", self.generation, exc,
+                    )  # fmt: skip
+                else:
+                    logger.info(
+                        "group %s member %s: %s; rejoining",
+                        self.group_id, self.member_id or "-", exc,
+                    )  # fmt: skip
+                    self.request_rejoin()
                 await asyncio.sleep(self.client.backoff_s(attempt))
                 attempt += 1
             except Exception as exc:  # a bug or an unexpected response: reported, then rejoin

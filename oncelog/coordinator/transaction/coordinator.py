@@ -60,6 +60,7 @@ from oncelog.coordinator.transaction.state_manager import (
 )
 from oncelog.coordinator.transaction.store import TxnLogStore
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.faults import crash_point
 from oncelog.internal_topics import OFFSETS_TOPIC
 
 logger = logging.getLogger(__name__)
@@ -430,6 +431,7 @@ class TransactionCoordinator:
             transactional_id, outcome.state.wire_name, outcome.producer_id,
             outcome.producer_epoch, len(outcome.partitions),
         )
+        crash_point("txn.prepared.before_markers")
         self._channel.start(transactional_id)
         await self._channel.wait(transactional_id)
         if outcome.next_producer_id >= 0:

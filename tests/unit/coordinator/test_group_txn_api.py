@@ -29,7 +29,7 @@ from oncelog.coordinator.transaction import InMemoryTxnLogStore, TransactionCoor
 from oncelog.errors import ErrorCode
 from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
-from tests.support.fake_cluster_view import FakeClusterView, coordinating
+from tests.support.fake_cluster_view import OTHER, FakeClusterView, coordinating, endpoints
 
 NONE = ErrorCode.none
 KEY = versions.TXN_OFFSET_COMMIT
@@ -76,6 +76,7 @@ class TxnBroker:
     cluster: FakeClusterView = field(
         default_factory=lambda: coordinating(NODE.node_id, NODE.host, NODE.port)
     )
+    txn_verifier: Any = None  # the RemoteTxnVerifier of a cluster broker
 
 
 def new_broker(tmp_path: Path) -> TxnBroker:
@@ -329,3 +330,49 @@ def test_verification_answers_by_version(
     code: ErrorCode, version: int, expected: ErrorCode
 ) -> None:
     assert txn_verification_error(code, version) == expected
+
+
+@dataclass
+class RemoteCoordinator:
+    """The transaction coordinator on another broker, as the RemoteTxnVerifier reaches it."""
+
+    answer: ErrorCode = NONE
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+
+    async def add_or_verify(self, coordinator: int, transactional_id: str, producer_id: int,
+                            producer_epoch: int, partitions: list[TopicPartition], *,
+                            verify_only: bool) -> dict[TopicPartition, ErrorCode]:
+        self.calls.append((coordinator, transactional_id, producer_id, producer_epoch,
+                           partitions, verify_only))
+        return dict.fromkeys(partitions, self.answer)
+
+
+@pytest.mark.parametrize("version", [3, 5])
+def test_a_transaction_coordinator_on_another_broker_is_asked(
+    version: int, tmp_path: Path
+) -> None:
+    # In a cluster the group's coordinator and the transactional id's are often different
+    # brokers: this one's transaction coordinator does not own the id (it would answer
+    # NOT_COORDINATOR, which became COORDINATOR_NOT_AVAILABLE for ever: the Spark sink's
+    # progress commit timed out); the id's coordinator is asked, AddPartitionsToTxn v4.
+    broker = new_broker(tmp_path)
+    broker.cluster.txn_coordinator_leader = OTHER
+    broker.cluster.endpoints = endpoints(NODE.node_id, OTHER)
+    remote = RemoteCoordinator()
+    broker.txn_verifier = remote
+    offsets_partition = broker.cluster.coordinator(0, "g").partition
+    req = commit_request(version, "g", (4000, 3), {("in", 0): 10})
+
+    async def scenario() -> None:
+        assert answers(await call(broker, KEY, version, req)) == {  # type: ignore[arg-type]
+            ("in", 0): NONE
+        }
+        remote.answer = ErrorCode.not_coordinator  # the coordinator moved again
+        assert answers(await call(broker, KEY, version, req)) == {  # type: ignore[arg-type]
+            ("in", 0): ErrorCode.coordinator_not_available
+        }
+
+    with_coordinator(broker, scenario)
+    assert remote.calls[0] == (
+        OTHER, TXN, 4000, 3, [(OFFSETS_TOPIC, offsets_partition)], version < 5
+    )

@@ -3,9 +3,11 @@ fault points' syntax."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from oncelog.spark.faults import InjectedFailure, Point, fail_point, parse_points
+from oncelog.spark.faults import InjectedFailure, Point, fail_point, hold_point, parse_points
 from oncelog.spark.options import (
     OptionError,
     SinkOptions,
@@ -186,3 +188,15 @@ def test_fail_point_fails_only_the_first_attempt(monkeypatch: pytest.MonkeyPatch
     fail_point("task.prepared", 1, 0, attempt=1)
     fail_point("task.prepared", 1, 1, attempt=0)
     fail_point("task.write", 1, 0, attempt=0)
+
+
+def test_hold_point_waits_for_its_release_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("ONCELOG_SPARK_HOLD_AT", "commit.start@1")
+    monkeypatch.setenv("ONCELOG_SPARK_HOLD_DIR", str(tmp_path))
+    hold_point("commit.start", 2, None)  # another batch: passes without a trace
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "release-commit.start-1").touch()  # released before it is reached
+    hold_point("commit.start", 1, None)
+    assert (tmp_path / "held-commit.start-1").exists()
