@@ -24,6 +24,7 @@ import argparse
 import functools
 import json
 import random
+import re
 import sys
 import tempfile
 import time
@@ -114,6 +115,9 @@ def run(minutes: float, base: Path) -> dict[str, object]:
 
 
 FAULT_KINDS = ("leader_kills", "leader_pauses", "coordinator_kills")
+# A coordinator that loaded a transaction in PrepareCommit/PrepareAbort (its broker log):
+# the previous coordinator died between the Prepare* record and the markers.
+PREPARED_LOADED = re.compile(r"loaded '[^']*' in Prepare(?:Commit|Abort): resuming")
 
 
 def run_transactions(minutes: float, base: Path, seed: int) -> dict[str, object]:
@@ -153,12 +157,15 @@ def run_transactions(minutes: float, base: Path, seed: int) -> dict[str, object]
             inject(cluster, victim, kind == "leader_pauses", progress,
                    (topic, TRANSACTION_STATE_TOPIC))
         workload.stop()
+        resumed = sum(len(PREPARED_LOADED.findall(b.log_path.read_text(errors="replace")))
+                      for b in cluster.brokers.values())
         committed_read = read_all(cluster.bootstrap, topic, PARTITIONS, committed=True)
         uncommitted_read = read_all(cluster.bootstrap, topic, PARTITIONS)
     counts = check_transactions(workload.transactions, committed_read, uncommitted_read)
     return {
         "mode": "transactions", "minutes": minutes, "seed": seed,
         "elapsed_s": round(time.monotonic() - started), **faults,
+        "prepared_completed_by_new_coordinator": resumed,
         "transactions": counts,
         "anomalies": sum(counts[a] for a in ANOMALIES),
         "producer_errors": dict(workload.errors), "producers_recreated": workload.recreated,
