@@ -5,11 +5,15 @@
     .venv/bin/python bench/run.py --brokers tansu --scenarios 100B-x1M-1p --output /tmp/r.md
     .venv/bin/python bench/run.py --profile             # oncelog under py-spy (or cProfile)
     .venv/bin/python bench/run.py --list                # the scenario registry
+    .venv/bin/python bench/run.py --brokers oncelog,oncelog-cluster3,kafka-cluster3 \
+        --scenarios 1KiB-x200k-6p-rf1-acks1,1KiB-x200k-6p-rf3-acksall   # replication
 
 For every scenario and broker: start a fresh broker on loopback (oncelog with a temporary
 data dir; Tansu with in-memory storage; Kafka 4.4, one KRaft node, with a temporary log dir,
-see docs/reference-kafka.md), create the topic, run the producer and then the
-consumer, each in its own process (bench/workload.py), and stop the broker. Logs, raw
+see docs/reference-kafka.md; or one of the three-broker clusters of bench/brokers.py),
+create the topic, run the producer and then the consumer, each in its own process
+(bench/workload.py), and stop the broker. A scenario whose replication factor exceeds a
+run's broker count is skipped for it (n/a). Logs, raw
 results and profiles go to bench/out/ (git-ignored).
 """
 
@@ -40,20 +44,26 @@ logger = logging.getLogger("bench")
 Result = dict[str, Any]
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(
+    bootstrap: str, topic: str, partitions: int, replication_factor: int = 1,
+    config: dict[str, str] | None = None,
+) -> None:
+    """Create the topic and wait until every partition has a leader and a full ISR."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    new = NewTopic(topic, partitions, replication_factor, config=dict(config or {}))
+    admin.create_topics([new])[topic].result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
         if metadata is not None and metadata.error is None and len(metadata.partitions) == (
             partitions
-        ):
+        ) and all(p.leader >= 0 and len(p.isrs) >= replication_factor
+                  for p in metadata.partitions.values()):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"topic {topic} did not appear with {partitions} partitions")
+    raise RuntimeError(f"topic {topic} did not appear with {partitions} partitions in sync")
 
 
 def spawn_worker(job: dict[str, Any], log: Any) -> subprocess.Popen[bytes]:
@@ -133,14 +143,35 @@ def cpu_seconds(pid: int | None) -> float | None:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_snapshot(running: brokers.Running) -> dict[str, float] | None:
+    """``broker_cpu_s``: CPU seconds so far summed over the broker processes; and
+    ``<name>_cpu_s`` for each side process (etcd). None when a broker's cannot be read."""
+    per_broker = [cpu_seconds(server.pid) for server in running.servers]
+    if any(value is None for value in per_broker):
+        return None
+    snapshot = {"broker_cpu_s": sum(v for v in per_broker if v is not None)}
+    for name, server in running.side.items():
+        value = cpu_seconds(server.pid)
+        if value is not None:
+            snapshot[f"{name}_cpu_s"] = value
+    return snapshot
+
+
+def cpu_delta(
+    before: dict[str, float] | None, after: dict[str, float] | None
+) -> dict[str, float]:
+    """The CPU seconds used between two ``cpu_snapshot``s, for what both have."""
+    if before is None or after is None:
+        return {}
+    return {key: after[key] - value for key, value in before.items() if key in after}
+
+
 def run_measured(running: brokers.Running, job: dict[str, Any], log_path: Path) -> Result:
-    """``run_worker`` with the broker's CPU seconds over the phase (``broker_cpu_s``)."""
-    pid = running.server.pid
-    before = cpu_seconds(pid)
+    """``run_worker`` with the brokers' CPU seconds over the phase (``broker_cpu_s``, and
+    ``etcd_cpu_s`` for a cluster's etcd)."""
+    before = cpu_snapshot(running)
     result = run_worker(job, log_path)
-    after = cpu_seconds(pid)
-    if before is not None and after is not None:
-        result["broker_cpu_s"] = after - before
+    result.update(cpu_delta(before, cpu_snapshot(running)))
     return result
 
 
@@ -154,13 +185,11 @@ def run_txn_rate(
            "txns": scenario.scaled_txns(scale)}
     if scenario.producers == 1:
         return run_measured(running, job, log_path)
-    before = cpu_seconds(running.server.pid)
+    before = cpu_snapshot(running)
     merged = merge_txn_rates(run_workers(
         [{**job, "partition": p} for p in range(scenario.producers)], log_path
     ))
-    after = cpu_seconds(running.server.pid)
-    if before is not None and after is not None:
-        merged["broker_cpu_s"] = after - before
+    merged.update(cpu_delta(before, cpu_snapshot(running)))
     return merged
 
 
@@ -170,12 +199,17 @@ def run_one(
     records = scenario.scaled_records(scale)
     topic = f"bench-{scenario.name}-{tag}"
     timeout = 600.0
-    running = brokers.start(broker_name, out_dir, f"{scenario.name}-{tag}", profile=profile)
     outcome: dict[str, Any] = {"broker": broker_name, "scenario": scenario.name,
                                "records": records}
+    if scenario.replication_factor > brokers.SIZES[broker_name]:
+        outcome["skipped"] = (f"replication factor {scenario.replication_factor} on "
+                              f"{brokers.SIZES[broker_name]} broker(s)")
+        return outcome
+    running = brokers.start(broker_name, out_dir, f"{scenario.name}-{tag}", profile=profile)
     try:
         try:
-            create_topic(running.bootstrap, topic, scenario.partitions)
+            create_topic(running.bootstrap, topic, scenario.partitions,
+                         scenario.replication_factor, dict(scenario.topic_config))
         except Exception as exc:  # reported in the results, the run goes on
             failure = {"records": 0, "bytes": 0, "seconds": 0.0, "errors": 1,
                        "first_errors": [f"creating the topic failed: {exc}"]}
@@ -193,9 +227,11 @@ def run_one(
              "txn_records": scenario.txn_records, "txn_interval_ms": scenario.txn_interval_ms},
             worker_log,
         )
-        outcome["consume"] = run_measured(
-            running, {**base, "phase": "consume", "config": scenario.consumer_config()}, worker_log
-        )
+        if scenario.consume:
+            outcome["consume"] = run_measured(
+                running, {**base, "phase": "consume", "config": scenario.consumer_config()},
+                worker_log,
+            )
     finally:
         outcome["exit_code"] = brokers.stop(running)
         if running.profile is not None:
@@ -221,11 +257,24 @@ def median_phase(runs: list[dict[str, Any]], phase: str) -> Result | None:
     return good[(len(good) - 1) // 2]
 
 
-def cpu_per(result: Result | None, unit: str, scale: float) -> str:
-    """Broker CPU milliseconds per ``unit`` of a phase result (per MB: unit "bytes", 1e6)."""
-    if not result or result.get("broker_cpu_s") is None or not result.get(unit):
+def cpu_per(result: Result | None, unit: str, scale: float, key: str = "broker_cpu_s") -> str:
+    """Broker CPU milliseconds per ``unit`` of a phase result (per MB: unit "bytes", 1e6);
+    ``key`` another process's CPU (``etcd_cpu_s``)."""
+    if not result or result.get(key) is None or not result.get(unit):
         return "—"
-    return f"{result['broker_cpu_s'] * 1000 / (result[unit] / scale):.2f}"
+    return f"{result[key] * 1000 / (result[unit] / scale):.2f}"
+
+
+def ratio_pairs(broker_names: list[str]) -> list[tuple[str, str]]:
+    """(oncelog run, other broker) pairs whose rates are compared: same broker count."""
+    ours = [n for n in broker_names if n.startswith("oncelog")]
+    return [(o, t) for o in ours for t in broker_names
+            if not t.startswith("oncelog") and brokers.SIZES[o] == brokers.SIZES[t]]
+
+
+def skipped(runs: list[dict[str, Any]]) -> bool:
+    """Every run of a (scenario, broker) skipped (replication factor above its size)."""
+    return bool(runs) and all("skipped" in r for r in runs)
 
 
 def fmt_int(value: float) -> str:
@@ -238,13 +287,13 @@ def results_table(
     by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for outcome in outcomes:
         by_key[(outcome["scenario"], outcome["broker"])].append(outcome)
-    # oncelog's rate over each other broker's, e.g. "oncelog/Tansu".
-    others = [n for n in broker_names if n != "oncelog"] if "oncelog" in broker_names else []
+    # oncelog's rate over each other broker's of the same size, e.g. "oncelog/Tansu".
+    pairs = ratio_pairs(broker_names)
     header = ["scenario", "records", "phase"]
     for name in broker_names:
         label = brokers.LABELS[name]
         header += [f"{label} records/s", f"{label} MB/s", f"{label} CPU ms/MB"]
-    header += [f"oncelog/{brokers.LABELS[n]}" for n in others]
+    header += [f"{brokers.LABELS[o]}/{brokers.LABELS[t]}" for o, t in pairs]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 3 + "---:|" * (len(header) - 3)]
     joins = ["| scenario | " + " | ".join(f"{brokers.LABELS[n]} join s" for n in broker_names)
              + " |", "|---|" + "---:|" * len(broker_names)]
@@ -253,13 +302,15 @@ def results_table(
         if scenario.small_txns is not None:
             continue
         join_cells = []
-        for phase in ("produce", "consume"):
+        for phase in ("produce", "consume") if scenario.consume else ("produce",):
             cells = [scenario.name, fmt_int(scenario_records(outcomes, scenario)), phase]
             rates: dict[str, float] = {}
             for name in broker_names:
                 chosen = median_phase(by_key[(scenario.name, name)], phase)
                 r = rate(chosen)
-                if r is None:
+                if skipped(by_key[(scenario.name, name)]):
+                    cells += ["n/a", "—", "—"]
+                elif r is None:
                     cells += ["failed", "—", "—"]
                 else:
                     rates[name] = r[0]
@@ -267,17 +318,41 @@ def results_table(
                 if phase == "consume":
                     join = chosen.get("join_seconds") if chosen else None
                     join_cells.append(f"{join:.2f}" if join is not None else "—")
-            for other in others:
-                ratio = (rates["oncelog"] / rates[other]
-                         if "oncelog" in rates and other in rates else None)
+            for ours, other in pairs:
+                ratio = (rates[ours] / rates[other]
+                         if ours in rates and other in rates else None)
                 cells.append(f"{ratio:.2f}" if ratio is not None else "—")
             lines.append("| " + " | ".join(cells) + " |")
-        joins.append(f"| {scenario.name} | " + " | ".join(join_cells) + " |")
-    text = "\n".join(lines) + "\n\nConsumer group join (subscribe to partition assignment):\n\n"
-    text += "\n".join(joins)
+        if join_cells:
+            joins.append(f"| {scenario.name} | " + " | ".join(join_cells) + " |")
+    parts = ["\n".join(lines)] if len(rate_scenarios) < len(scenarios) else []
+    if len(joins) > 2:
+        parts.append("Consumer group join (subscribe to partition assignment):\n\n"
+                     + "\n".join(joins))
+    parts.append(side_cpu_table(outcomes, scenarios))
     if rate_scenarios:
-        text += "\n\n" + txn_rate_table(outcomes, broker_names, rate_scenarios)
-    return text
+        parts.append(txn_rate_table(outcomes, broker_names, rate_scenarios))
+    return "\n\n".join(part for part in parts if part)
+
+
+def side_cpu_table(outcomes: list[dict[str, Any]], scenarios: list[Scenario]) -> str:
+    """etcd's CPU over each phase of the oncelog cluster runs (not in its broker CPU)."""
+    lines = ["etcd (the oncelog cluster's metadata service) over the same phases, not "
+             "included in the broker CPU above:", "",
+             "| scenario | broker | phase | etcd CPU s | etcd CPU ms/MB or ms/txn |",
+             "|---|---|---|---:|---:|"]
+    order = {s.name: i for i, s in enumerate(scenarios)}
+    rows = 0
+    for o in sorted(outcomes, key=lambda o: order.get(o["scenario"], 0)):
+        for phase in ("produce", "consume", "txn-rate"):
+            res = o.get(phase)
+            if not res or res.get("etcd_cpu_s") is None or res.get("errors"):
+                continue
+            unit = ("txns", 1.0) if phase == "txn-rate" else ("bytes", 1e6)
+            lines.append(f"| {o['scenario']} | {brokers.LABELS[o['broker']]} | {phase} "
+                         f"| {res['etcd_cpu_s']:.2f} | {cpu_per(res, *unit, key='etcd_cpu_s')} |")
+            rows += 1
+    return "\n".join(lines) if rows else ""
 
 
 def txn_rate_table(
@@ -292,11 +367,15 @@ def txn_rate_table(
         "| oncelog/broker (txn/s) | p50 ms | p99 ms | broker CPU ms/txn |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    pairs = dict((t, o) for o, t in ratio_pairs(broker_names))
     for scenario in scenarios:
         chosen: dict[str, Result] = {}
+        not_run: set[str] = set()
         for name in broker_names:
-            runs = [o.get("txn-rate") for o in outcomes
-                    if o["scenario"] == scenario.name and o["broker"] == name]
+            mine = [o for o in outcomes if o["scenario"] == scenario.name and o["broker"] == name]
+            if skipped(mine):
+                not_run.add(name)
+            runs = [o.get("txn-rate") for o in mine]
             good = sorted((r for r in runs if r and not r.get("errors")),
                           key=lambda r: r["txn_per_s"])
             if good:
@@ -305,12 +384,13 @@ def txn_rate_table(
             label = brokers.LABELS[name]
             r = chosen.get(name)
             if r is None:
-                lines.append(f"| {scenario.name} | {label} | {scenario.producers} | — | failed "
+                state = "n/a" if name in not_run else "failed"
+                lines.append(f"| {scenario.name} | {label} | {scenario.producers} | — | {state} "
                              "| — | — | — | — |")
                 continue
-            ours = chosen.get("oncelog")
+            ours = chosen.get(pairs[name]) if name in pairs else None
             ratio = (f"{ours['txn_per_s'] / r['txn_per_s']:.2f}"
-                     if ours is not None and name != "oncelog" else "—")
+                     if ours is not None else "—")
             lines.append(
                 f"| {scenario.name} | {label} | {scenario.producers} | {fmt_int(r['txns'])} "
                 f"| {r['txn_per_s']:,.0f} | {ratio} "
@@ -329,8 +409,12 @@ def scenario_records(outcomes: list[dict[str, Any]], scenario: Scenario) -> int:
 def problems(outcomes: list[dict[str, Any]]) -> list[str]:
     found = []
     for o in outcomes:
+        if "skipped" in o:
+            continue
         where = f"{o['broker']} {o['scenario']}"
-        phases = ("txn-rate",) if "txn-rate" in o else ("produce", "consume")
+        phases = (("txn-rate",) if "txn-rate" in o
+                  else ("produce", "consume") if "consume" in o or "produce" not in o
+                  else ("produce",))
         for phase in phases:
             res = o.get(phase)
             if res is None:
@@ -410,6 +494,17 @@ def write_report(
         "Tansu: `tansu broker --storage-engine memory://tansu/`, i.e. nothing on disk;",
         "Kafka: Apache Kafka 4.4 as one KRaft broker+controller with Kafka's defaults and a",
         "new log dir, see docs/reference-kafka.md and the JVM settings above).",
+        *(["oncelog-3: etcd and three `oncelog serve` (node ids 1-3, log level WARNING,",
+           f"{json.dumps(brokers.ONCELOG_CLUSTER_CONFIGS)}), tests/support/cluster.py's",
+           "ClusterProcess, each with its own data dir; its CPU is the sum over the three",
+           "brokers, etcd's is listed apart."] if "oncelog-cluster3" in broker_names else []),
+        *(["Kafka-3: three Kafka 4.4 KRaft nodes, each broker and controller (a static quorum",
+           "of the three), each with the JVM settings above, "
+           f"{json.dumps(brokers.KAFKA_CLUSTER_CONFIGS)};",
+           "its CPU is the sum over the three JVMs."] if "kafka-cluster3" in broker_names
+          else []),
+        *(["The clusters are killed (-9) after the last phase, so no exit code is checked."]
+          if any(brokers.SIZES[n] > 1 for n in broker_names) else []),
         "Producer and consumer are confluent-kafka, each in its own process, same settings",
         f"for every broker. Producer: `{json.dumps(dict(BASE_PRODUCER))}`; one unkeyed",
         "record value of the scenario's size, produced as fast as the client accepts;",
@@ -417,7 +512,7 @@ def write_report(
         f"Consumer: `{json.dumps(dict(BASE_CONSUMER))}`, a fresh group, `consume(10000)`",
         "until every record is read; timed from the partition assignment to the last record",
         "(the group join, from `subscribe()` to the assignment, is listed separately).",
-        "Broker CPU is the broker process's user + system time over the phase, read from",
+        "Broker CPU is the broker processes' user + system time over the phase, read from",
         "/proc (stable on a noisy machine, unlike the rates).",
         "MB = 10^6 bytes of record values. "
         f"Repeats: {args.repeat} (median shown). Scale: {args.scale}.",
@@ -487,13 +582,16 @@ def main(argv: list[str] | None = None) -> int:
                                "records": scenario.scaled_records(args.scale),
                                "produce": failure, "consume": failure, "exit_code": None}
                 outcomes.append(outcome)
+                if "skipped" in outcome:
+                    logger.info("  skipped: %s", outcome["skipped"])
+                    continue
                 if "txn-rate" in outcome:
                     tr = outcome["txn-rate"]
                     logger.info("  transactions: %s", f"{tr.get('txn_per_s', 0):,.0f}/s, p50 "
                                 f"{tr.get('p50_ms', 0):.2f} ms, p99 {tr.get('p99_ms', 0):.2f} ms"
                                 if not tr.get("errors") else "FAILED")
                     continue
-                for phase in ("produce", "consume"):
+                for phase in ("produce", "consume") if "consume" in outcome else ("produce",):
                     r = rate(outcome.get(phase))
                     logger.info("  %s: %s", phase,
                                 f"{r[0]:,.0f} records/s, {r[1]:.1f} MB/s" if r else "FAILED")
@@ -508,10 +606,14 @@ def main(argv: list[str] | None = None) -> int:
     # The machine may be shared: the load average (1, 5, 15 min) around the run says how much.
     info["load average at start"] = " / ".join(f"{x:.2f}" for x in load_before)
     info["load average at end"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    if "kafka" in broker_names:
+    if "kafka" in broker_names or "kafka-cluster3" in broker_names:
         from tests.support.kafka import describe as describe_kafka
 
         info["Kafka"] = describe_kafka()
+    if "oncelog-cluster3" in broker_names:
+        from tests.support.etcd import etcd_binary
+
+        info["etcd"] = machine._run(etcd_binary(), "--version").splitlines()[0]
     report = write_report(args, argv, outcomes, broker_names, scenarios, info, out_dir)
     print(report)
     args.output.parent.mkdir(parents=True, exist_ok=True)

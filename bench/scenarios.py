@@ -7,6 +7,7 @@ Add one with ``register(Scenario(...))``; ``default=False`` keeps it out of the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,12 @@ class Scenario:
     producers: int = 1
     """Transaction-rate scenarios: this many producer processes at once, each with its own
     transactional id and partition (``partitions`` must be at least this many)."""
+    replication_factor: int = 1
+    """The topic's; brokers with fewer nodes (bench/brokers.py SIZES) skip the scenario."""
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+    """Topic configs at creation, e.g. ``min.insync.replicas``."""
+    consume: bool = True
+    """False: the produce phase only (no consumer run)."""
     default: bool = True
     description: str = ""
 
@@ -178,5 +185,36 @@ register(
         description="8 producer processes at once, each its own transactional id and "
         "partition, each doing 500 small transactions of 10 x 100 B one after the other; "
         "aggregate transactions/s (total over the span from the first start to the last end)",
+    )
+)
+
+# Replication (issue 14): the same produce on one node, on three nodes with rf=1, and on three
+# nodes with rf=3 acks=all min.insync.replicas=2. Six partitions: two led by each of three
+# brokers. Produce only (the figure is the cost of replicating the writes).
+REPLICATED: Mapping[str, str] = {"min.insync.replicas": "2"}
+for _rf, _acks, _what in ((1, "1", "one node, or spread over three"),
+                          (3, "all", "min.insync.replicas=2")):
+    register(
+        Scenario(
+            f"1KiB-x200k-6p-rf{_rf}-acks{_acks}",
+            200_000,
+            1024,
+            6,
+            producer={"acks": _acks},
+            replication_factor=_rf,
+            topic_config=REPLICATED if _rf > 1 else {},
+            consume=False,
+            default=False,
+            description=f"replication factor {_rf}, acks={_acks}, produce only ({_what})",
+        )
+    )
+register(
+    dataclasses.replace(
+        SCENARIOS["txn-rate-10x100B-1p"],
+        name="txn-rate-10x100B-1p-rf3",
+        replication_factor=3,
+        topic_config=REPLICATED,
+        description="txn-rate-10x100B-1p on a replication-factor-3 topic "
+        "(min.insync.replicas=2; the transaction log is replicated too)",
     )
 )

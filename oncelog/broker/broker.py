@@ -37,6 +37,7 @@ from oncelog.broker.cluster.coordinator_roles import (
     GroupCoordinatorRoles,
     TxnCoordinatorRoles,
 )
+from oncelog.broker.cluster.elections import ClusterElections
 from oncelog.broker.cluster.markers import MARKER_REQUEST_TIMEOUT_MS, ClusterMarkerWriter
 from oncelog.broker.cluster.member import ClusterMember, cluster_mode
 from oncelog.broker.cluster.peers import PeerConnections
@@ -163,6 +164,9 @@ class Broker:
             replication=None if self.member is None else self.member.replication.manager,
             cleaner=self.cleaner,
             txn_verifier=None if self.member is None else RemoteTxnVerifier(
+                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS)),
+            elections=None if self.member is None else ClusterElections(
+                self.member.controller, self.member.cache,
                 PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS)),
         )
 

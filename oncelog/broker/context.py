@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster.elections import ClusterElections
     from oncelog.broker.cluster.replica_manager import ReplicaManager
     from oncelog.broker.cluster.txn_verifier import RemoteTxnVerifier
     from oncelog.broker.cluster_view import ClusterView
@@ -58,3 +59,5 @@ class BrokerContext:
     # Cluster mode: asks the transaction coordinator on another broker whether a produce
     # batch belongs to its transaction (KIP-890); None on a single node.
     txn_verifier: RemoteTxnVerifier | None = None
+    # Cluster mode: ElectLeaders run by the controller (here or forwarded); None on one node.
+    elections: ClusterElections | None = None

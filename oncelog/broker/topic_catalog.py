@@ -70,6 +70,9 @@ class TopicInfo:
     topic_id: uuid.UUID
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
+    # Replicas per partition (CreateTopics' answer); always 1 on a single node, where it is
+    # not kept in the catalog.
+    replication_factor: int = 1
 
     @property
     def internal(self) -> bool:

@@ -1,4 +1,5 @@
-"""``oncelog topics``: create, delete, list and describe topics (a small kafka-topics.sh)."""
+"""``oncelog topics``: create, delete, list and describe topics (a small kafka-topics.sh),
+and elect leaders (kafka-leader-election.sh)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from oncelog.cli.common import (
     run_command,
 )
 from oncelog.cli.metrics import fetch_text, parse
-from oncelog.client import Admin, ConfigResource, ConfigResourceType, NewTopic
+from oncelog.client import (
+    Admin,
+    ConfigResource,
+    ConfigResourceType,
+    NewTopic,
+    TopicPartition,
+)
 from oncelog.client.errors import KafkaClientError, TopicAlreadyExistsError
 from oncelog.errors import ErrorCode
 
@@ -53,6 +60,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "cleaner's state of each compacted partition (dirty ratio, last "
                         "clean), which the Kafka protocol does not carry")
     p.set_defaults(handler=cmd_describe)
+
+    p = commands.add_parser("elect-leaders", parents=[conn],
+                            help="elect preferred (or unclean) leaders, like "
+                                 "kafka-leader-election.sh")
+    p.add_argument("--election-type", required=True, type=str.lower,
+                   choices=("preferred", "unclean"), help="the election to run")
+    p.add_argument("--topic", help="the topic of the partition to elect (with --partition)")
+    p.add_argument("--partition", type=int, help="the partition to elect (with --topic)")
+    p.add_argument("--all-topic-partitions", action="store_true",
+                   help="every partition (those needing no election are not listed)")
+    p.set_defaults(handler=cmd_elect_leaders)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,6 +155,33 @@ def cmd_describe(args: argparse.Namespace) -> int:
             rows.append(row)
     print_table(header, rows)
     return 0
+
+
+def cmd_elect_leaders(args: argparse.Namespace) -> int:
+    """Kafka's LeaderElectionCommand: either --topic and --partition, or
+    --all-topic-partitions; exit 1 when an election failed."""
+    single = args.topic is not None and args.partition is not None
+    if single == args.all_topic_partitions or (not single and (
+            args.topic is not None or args.partition is not None)):
+        raise CommandError("give either --topic and --partition, or --all-topic-partitions", 2)
+    wanted = [TopicPartition(args.topic, args.partition)] if single else None
+    kind = args.election_type.upper()
+    with open_admin(args) as admin:
+        results = admin.elect_leaders(wanted, election_type=args.election_type,
+                                      timeout_ms=args.timeout_ms)
+    done = sorted(f"{tp.topic}-{tp.partition}" for tp, e in results.items() if e is None)
+    not_needed = sorted(f"{tp.topic}-{tp.partition}" for tp, e in results.items()
+                        if e is not None and e.code is ErrorCode.election_not_needed)
+    failed = sorted((f"{tp.topic}-{tp.partition}", e) for tp, e in results.items()
+                    if e is not None and e.code is not ErrorCode.election_not_needed)
+    if done:
+        print(f"Successfully completed leader election ({kind}) for partitions "
+              f"{', '.join(done)}")
+    if not_needed:
+        print(f"Valid replica already elected for partitions {', '.join(not_needed)}")
+    for name, error in failed:
+        print(f"Error completing leader election ({kind}) for partition: {name}: {error}")
+    return 1 if failed else 0
 
 
 def _cleanup_policies(admin: Admin, topics: list[str]) -> dict[str, str]:

@@ -7,10 +7,16 @@ Why etcd, and the key layout: docs/architecture.md ("Cluster") and
 - A broker registration is a key attached to a lease of ``broker.session.timeout.ms``
   (rounded up to whole seconds, etcd's unit), created with a Txn that requires the key to be
   absent (create revision 0): a live broker with the same id makes ``BrokerIdInUse``. A
-  keep-alive task refreshes the lease every ``broker.heartbeat.interval.ms``; if etcd says
-  the lease is gone, ``session_lost`` is set and the task stops: operations that need the
-  lease raise ``SessionLost`` until the broker registers again (``register_broker`` once
-  more: a new lease, a new epoch), as a ZooKeeper-era Kafka broker re-created its ephemeral
+  keep-alive task refreshes the lease every ``broker.heartbeat.interval.ms``. The session
+  is lost -- ``session_lost`` is set, the lease forgotten and the task stops -- when etcd
+  says the lease is gone (a refresh, or a put on the lease: "lease not found"), or as soon
+  as no refresh has been acknowledged for the lease's TTL, counted from the moment the last
+  acknowledged refresh was *sent* (before etcd received it): etcd cannot have expired the
+  lease earlier, so a broker cut from etcd knows it before the controller can move its
+  leaderships away (Kafka's broker fencing, seen from the broker). Operations that need the
+  lease then raise ``SessionLost`` until the broker registers again (``register_broker``
+  once more: the lost lease is revoked first, in case etcd still holds it, then a new
+  lease, a new epoch), as a ZooKeeper-era Kafka broker re-created its ephemeral
   registration on a new session. The broker epoch is the key's create revision.
 - The controller is the ``controller`` key on the winner's lease (so it disappears with the
   winner's session, as Kafka's ephemeral ``/controller`` znode did); the epoch comes from
@@ -104,10 +110,12 @@ class EtcdMetadataStore:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.endpoint = "{}:{}".format(*self.endpoints[0])  # the one in use, once connected
-        self.session_lost = asyncio.Event()  # set when etcd reports this broker's lease gone
+        self.session_lost = asyncio.Event()  # set when this broker's lease is (maybe) gone
         self._client: Any = None
         self._connect_lock = asyncio.Lock()
         self._lease_id: int | None = None
+        self._lost_lease: int | None = None  # revoked when registering again
+        self._lease_deadline = 0.0  # loop time after which etcd may have expired the lease
         self._registration_key: bytes | None = None
         self._keepalive: asyncio.Task[None] | None = None
         self._closed = False
@@ -180,7 +188,8 @@ class EtcdMetadataStore:
                 succeeded, responses = await client.transaction(compare, success, failure)
         except MetadataStoreError as exc:
             if "lease not found" in str(exc):  # a put on this broker's lease, now expired
-                self.session_lost.set()
+                if self._lease_id is not None:
+                    self._lose_session(self._lease_id, f"{operation}: lease not found")
                 raise SessionLost(f"etcd at {self.endpoint}: {operation}: this broker's "
                                   "lease is gone") from exc
             raise
@@ -212,12 +221,15 @@ class EtcdMetadataStore:
     # -- brokers ------------------------------------------------------------------------------
     async def register_broker(self, registration: BrokerRegistration) -> int:
         client = await self._connected()
-        if self._lease_id is not None and not self.session_lost.is_set():
+        if self._lease_id is not None:  # forgotten when the session is lost
             raise MetadataStoreError(
                 f"etcd at {self.endpoint}: this store already registered a broker"
             )
         t = client.transactions
         key = self.keys.broker(registration.node_id)
+        await self._revoke_lost_lease(client)
+        loop = asyncio.get_running_loop()
+        granted_at = loop.time()
         with self._errors("grant lease"):
             lease = await client.lease(self.lease_ttl_s)
         succeeded, responses = await self._txn(
@@ -237,6 +249,7 @@ class EtcdMetadataStore:
         if self._keepalive is not None:
             self._keepalive.cancel()  # the lost lease's (it may not have noticed yet)
         self._lease_id = lease.id
+        self._lease_deadline = granted_at + self.lease_ttl_s
         self._registration_key = key
         self.session_lost.clear()
         self._keepalive = asyncio.create_task(
@@ -249,37 +262,64 @@ class EtcdMetadataStore:
         return epoch
 
     async def _keep_alive(self, lease_id: int) -> None:
-        """Refresh the lease every heartbeat until etcd says it is gone (or the store
-        closes). A failed refresh is retried at the next heartbeat: the lease lives on
-        until its TTL runs out."""
+        """Refresh the lease every heartbeat until the session is lost (module docstring) or
+        the store closes. A failed refresh is retried at the next heartbeat while the lease
+        may still be alive."""
         client = self._client
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self.heartbeat_interval_ms / 1000)
+            await asyncio.sleep(min(self.heartbeat_interval_ms / 1000,
+                                    max(self._lease_deadline - loop.time(), 0)))
+            sent = loop.time()
+            if sent >= self._lease_deadline:
+                self._lose_session(lease_id, "no keep-alive acknowledged within its TTL")
+                return
             try:
-                reply = await client.refresh_lease(lease_id)
+                async with asyncio.timeout(self._lease_deadline - sent):
+                    reply = await client.refresh_lease(lease_id)
             except _ETCD_ERRORS as exc:
+                if loop.time() >= self._lease_deadline:
+                    self._lose_session(lease_id, "no keep-alive acknowledged within its TTL "
+                                       f"(last error: {str(exc) or type(exc).__name__})")
+                    return
                 logger.warning(
                     "lease %x keep-alive to etcd %s failed: %s", lease_id, self.endpoint, exc
                 )
                 continue
             if reply is None or reply.TTL <= 0:
-                if lease_id != self._lease_id:
-                    return  # an older lease; the broker registered again meanwhile
-                logger.error(
-                    "lease %x expired at etcd %s: this broker's registration is gone",
-                    lease_id, self.endpoint,
-                )
-                self.session_lost.set()
+                self._lose_session(lease_id, "etcd says it expired")
                 return
+            self._lease_deadline = sent + int(reply.TTL)
+
+    def _lose_session(self, lease_id: int, why: str) -> None:
+        if lease_id != self._lease_id:
+            return  # an older lease, or lost already
+        logger.error("lease %x at etcd %s lost (%s): this broker's session is over until it "
+                     "registers again", lease_id, self.endpoint, why)
+        self._lease_id = None
+        self._lost_lease = lease_id
+        self.session_lost.set()
+
+    async def _revoke_lost_lease(self, client: Any) -> None:
+        """Registering again: the lost lease goes first, if etcd still has it (its keys --
+        the old registration, maybe the controller key -- go with it)."""
+        lease_id, self._lost_lease = self._lost_lease, None
+        if lease_id is None:
+            return
+        try:
+            await client.revoke_lease(lease_id)
+        except _ETCD_ERRORS as exc:  # gone already, usually (etcd: lease not found)
+            logger.info("revoking the lost lease %x at etcd %s: %s", lease_id, self.endpoint,
+                        exc)
 
     def _lease(self, operation: str) -> int:
-        if self._lease_id is None:
-            raise MetadataStoreError(
-                f"etcd at {self.endpoint}: {operation} needs a registered broker"
-            )
         if self.session_lost.is_set():
             raise SessionLost(
                 f"etcd at {self.endpoint}: {operation}: this broker's lease is gone"
+            )
+        if self._lease_id is None:
+            raise MetadataStoreError(
+                f"etcd at {self.endpoint}: {operation} needs a registered broker"
             )
         return self._lease_id
 

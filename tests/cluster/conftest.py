@@ -1,5 +1,7 @@
 """Fixtures for cluster tests: ``network``, a fresh ``Network`` (tests/support/netns.py);
-``cluster`` / ``cluster_factory``, etcd plus N brokers (tests/support/cluster.py).
+``cluster`` / ``cluster_factory``, etcd plus N brokers (tests/support/cluster.py);
+``netns_cluster_factory``, the same with etcd and each broker in its own host of
+``network`` (for network partitions between them).
 
 Fails (never skips) with ``NetnsUnavailable`` when the run is not root or has no ``ip``.
 Everything it made (namespaces, veth pairs, processes) is removed at teardown, whatever the
@@ -35,12 +37,33 @@ def cluster_factory(
 ) -> Iterator[ClusterFactory]:
     """``cluster_factory(brokers=3, configs={...}, env={...})``: a started ClusterProcess on the
     module's etcd (its own key prefix); all killed at teardown, logs printed on failure."""
+    yield from _clusters(request, lambda n, brokers, configs, env: ClusterProcess(
+        tmp_path / f"cluster-{n}", brokers=brokers, configs=configs, etcd=etcd, env=env))
+
+
+@pytest.fixture
+def netns_cluster_factory(
+    request: pytest.FixtureRequest, tmp_path: Path, network: Network
+) -> Iterator[ClusterFactory]:
+    """``netns_cluster_factory(brokers=3, configs={...})``: a started ClusterProcess whose
+    etcd and brokers each run in a host of ``network`` (hosts ``etcd``, ``b1``.., and
+    ``client`` for the test); killed at teardown, logs printed on failure."""
+    yield from _clusters(request, lambda n, brokers, configs, env: ClusterProcess(
+        tmp_path / f"cluster-{n}", brokers=brokers, configs=configs, network=network,
+        env=env))
+
+
+def _clusters(
+    request: pytest.FixtureRequest,
+    new: Callable[
+        [int, int, Mapping[str, ConfigValue] | None, Mapping[str, str] | None], ClusterProcess
+    ],
+) -> Iterator[ClusterFactory]:
     made: list[ClusterProcess] = []
 
     def make(brokers: int = 3, configs: Mapping[str, ConfigValue] | None = None,
              env: Mapping[str, str] | None = None) -> ClusterProcess:
-        cluster = ClusterProcess(tmp_path / f"cluster-{len(made)}", brokers=brokers,
-                                 configs=configs, etcd=etcd, env=env)
+        cluster = new(len(made), brokers, configs, env)
         made.append(cluster)
         return cluster.start()
 

@@ -2,23 +2,27 @@
 brokers campaign and one acts; the internal topics appear once enough brokers are alive;
 the controller's store closing hands the role over and the new controller finishes the
 elections; a registration vanishing moves leaders; a controlled shutdown moves leadership
-away; a refused compare-and-swap is decided again. Waits are on the controllers' images
-(updated by the watch) with deadlines, never sleeps."""
+away; a refused compare-and-swap is decided again (also in an ElectLeaders election).
+Waits are on the controllers' images (updated by the watch) with deadlines, never sleeps."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from oncelog.broker.cluster.controller import Controller, ControllerSettings
+from oncelog.cluster.controller_decisions import ElectionType
 from oncelog.cluster.metadata import (
     NO_LEADER,
     BrokerRegistration,
     MetadataImage,
+    MetadataStoreError,
     PartitionState,
 )
 from oncelog.cluster.metadata_store import EtcdMetadataStore
+from oncelog.errors import ErrorCode
 from oncelog.internal_topics import TRANSACTION_STATE_TOPIC, InternalTopicSpec
 from tests.support.etcd import EtcdProcess, unique_prefix
 
@@ -53,7 +57,8 @@ class Cluster:
         await store.register_broker(registration(node_id))
         self.stores[node_id] = store
         if controller:
-            self.controllers[node_id] = Controller(store, node_id, SETTINGS)
+            self.controllers[node_id] = Controller(store, node_id, SETTINGS,
+                                                   retry_backoff_s=0.1)
             self.tasks[node_id] = asyncio.create_task(self.controllers[node_id].run())
 
     async def start_three(self) -> None:
@@ -224,5 +229,76 @@ def test_a_refused_write_is_decided_again_from_the_newer_state(etcd: EtcdProcess
             # The re-decided write was based on the competing state: its partition epoch is
             # two past the creation's (the race's ISR write, then the controller's).
             assert max(s.partition_epoch for s in txn_states(controller.image)) == 2
+
+    asyncio.run(scenario())
+
+
+class FailingOnceStore(EtcdMetadataStore):
+    """The controller's first partition write fails as when etcd is slow or out of reach
+    (gRPC's deadline passes)."""
+
+    failed = False
+
+    async def compare_and_set_partition(self, *args: Any, **kwargs: Any) -> int | None:
+        if kwargs.get("as_controller") is not None and not FailingOnceStore.failed:
+            FailingOnceStore.failed = True
+            raise MetadataStoreError(f"etcd at {self.endpoint}: Deadline Exceeded")
+        return await super().compare_and_set_partition(*args, **kwargs)
+
+
+def test_a_failing_store_does_not_stop_the_controller(etcd: EtcdProcess) -> None:
+    async def scenario() -> None:
+        async with cluster_of(etcd, FailingOnceStore) as cluster:
+            await cluster.start_three()
+            await cluster.stop(3)
+
+            await cluster.wait(1, off(3))
+            assert FailingOnceStore.failed
+            assert not cluster.tasks[1].done() and cluster.active() == [1]
+
+    asyncio.run(scenario())
+
+
+class RacingElectionStore(EtcdMetadataStore):
+    """Once ``armed``, the next controller write of a partition loses a race to a leader's
+    ISR write on the same partition."""
+
+    armed = False
+
+    async def compare_and_set_partition(self, *args: Any, **kwargs: Any) -> int | None:
+        if RacingElectionStore.armed and kwargs.get("as_controller") is not None:
+            RacingElectionStore.armed = False
+            key = (args[0], args[1])
+            current = (await self.load()).partitions[key]
+            competing = current.state.with_isr(current.state.isr)
+            assert await super().compare_and_set_partition(
+                *key, competing, current.version) is not None
+        return await super().compare_and_set_partition(*args, **kwargs)
+
+
+def test_elect_leaders_moves_back_to_the_preferred_replica_despite_a_race(
+    etcd: EtcdProcess,
+) -> None:
+    async def scenario() -> None:
+        async with cluster_of(etcd, RacingElectionStore) as cluster:
+            await cluster.start_three()
+            controller = cluster.controllers[1]
+            key = (TRANSACTION_STATE_TOPIC, 0)
+            preferred = controller.image.replicas(*key)[0]
+            current = controller.image.partitions[key]
+            other = next(r for r in current.state.isr if r != preferred)
+            moved = current.state.with_leader(other, current.state.isr, 0)
+            assert await cluster.stores[2].compare_and_set_partition(
+                *key, moved, current.version) is not None
+            await cluster.wait(1, lambda image: image.leader(*key) == other)
+
+            RacingElectionStore.armed = True
+            errors = await controller.elect_leaders(ElectionType.PREFERRED, [key], DEADLINE_S)
+            assert errors == {key: ErrorCode.none}
+            assert controller.stats.cas_conflicts == 1
+            await cluster.wait(1, lambda image: image.leader(*key) == preferred)
+            assert controller.image.partitions[key].state.leader_epoch == moved.leader_epoch + 1
+            again = await controller.elect_leaders(ElectionType.PREFERRED, [key], DEADLINE_S)
+            assert again == {key: ErrorCode.election_not_needed}
 
     asyncio.run(scenario())

@@ -68,6 +68,37 @@ def test_registration_disappears_when_its_lease_expires(etcd: EtcdProcess) -> No
     asyncio.run(scenario())
 
 
+def test_unanswered_keep_alives_lose_the_session_and_the_broker_registers_again(
+    etcd: EtcdProcess,
+) -> None:
+    """etcd out of reach (refreshes never answered, as behind a network cut): the session
+    is lost once the TTL has run out since the last acknowledged refresh, without etcd ever
+    saying so; registering again (the lost lease revoked first) gives a new epoch."""
+
+    async def scenario() -> None:
+        prefix = unique_prefix()
+        store = make_store(etcd, prefix, session_timeout_ms=1000, heartbeat_interval_ms=200)
+        try:
+            first = await store.register_broker(broker(1))
+            client = store._client
+            refresh = client.refresh_lease
+
+            async def unanswered(lease_id: int) -> None:
+                await asyncio.Event().wait()
+
+            client.refresh_lease = unanswered
+            async with asyncio.timeout(DEADLINE_S):
+                await store.session_lost.wait()
+            client.refresh_lease = refresh
+            second = await store.register_broker(broker(1))
+            assert second > first and not store.session_lost.is_set()
+            assert (await store.load()).brokers[1].epoch == second
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
 def test_close_removes_the_registration_at_once(etcd: EtcdProcess) -> None:
     async def scenario() -> None:
         prefix = unique_prefix()

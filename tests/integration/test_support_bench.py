@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import profiles
-from bench.run import median_phase, rate, results_table
+from bench.run import median_phase, problems, rate, ratio_pairs, results_table
 from bench.scenarios import BASE_PRODUCER, SCENARIOS, Scenario, select
 
 
@@ -81,3 +81,24 @@ def test_rate_median_and_table() -> None:
     # Broker CPU per MB: 0.05 s over 0.1 MB is 500 ms/MB; Tansu's run measured none.
     assert "| x | 1,000 | produce | 500 | 0.1 | 500.00 | 1,000 | 0.1 | — | 0.50 |" in table
     assert "| x | 1,000 | consume | failed | — | — | 2,000 | 0.2 | — | — |" in table
+
+
+def test_cluster_runs_compare_with_their_own_size_and_skip_what_does_not_fit() -> None:
+    assert ratio_pairs(["oncelog", "tansu"]) == [("oncelog", "tansu")]
+    assert ratio_pairs(["oncelog", "oncelog-cluster3", "kafka-cluster3"]) == [
+        ("oncelog-cluster3", "kafka-cluster3")
+    ]
+    rf3 = Scenario("x", 1000, 100, 1, replication_factor=3, consume=False)
+    clustered = _outcome("oncelog-cluster3", 2.0, cpu_s=0.05)
+    del clustered["consume"]
+    outcomes = [
+        {"broker": "oncelog", "scenario": "x", "records": 1000, "skipped": "rf 3 on 1"},
+        clustered,
+        _outcome("kafka-cluster3", 1.0),
+    ]
+    table = results_table(outcomes, ["oncelog", "oncelog-cluster3", "kafka-cluster3"], [rf3])
+    assert "| oncelog-3/Kafka-3 |" in table
+    assert "| x | 1,000 | produce | n/a | — | — | 500 | 0.1 | 500.00 | 1,000 | 0.1 | — | 0.50 |" \
+        in table
+    assert "consume" not in table and "join" not in table
+    assert problems(outcomes) == []

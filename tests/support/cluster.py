@@ -15,10 +15,22 @@ broker is noticed in seconds. ``start()`` returns once every broker printed its 
 and every broker's Metadata shows all N brokers and a controller. Conditions are waited for
 with a deadline, by polling Metadata (never by sleeping for a guessed time). On failure,
 ``logs()`` is what the fixture prints.
+
+Where it runs: on loopback by default; with ``network=`` (a ``tests.support.netns.Network``)
+etcd runs in host ``etcd`` and broker N in host ``bN`` (each listening on and advertising
+its namespace address), so ``network.cut`` / ``isolate`` apply between them, and the test
+reaches the cluster from host ``client``, which no fault touches: ``metadata()`` and
+``wait_until`` do so themselves; build clients inside ``with cluster.reach():``.
+
+    with ClusterProcess(tmp_path, network=net) as cluster:
+        net.isolate(cluster.host(1), keep=("etcd", "client"))    # broker 1 alone with etcd
+        with cluster.reach():
+            producer = Producer({"bootstrap.servers": cluster.bootstrap})
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -32,6 +44,7 @@ from kio.schema.metadata.v12 import request as md
 
 from tests.support.broker import REPO_ROOT, BrokerProcess, ConfigValue
 from tests.support.etcd import EtcdProcess, start_etcd, unique_prefix
+from tests.support.netns import Network
 from tests.support.rawkafka import request_once
 
 
@@ -82,9 +95,15 @@ CLUSTER_TEST_CONFIGS: dict[str, ConfigValue] = {
     "auto.leader.rebalance.enable": False,
 }
 
+CLIENT_HOST = "client"  # the network host tests reach a namespaced cluster from
+ETCD_HOST = "etcd"
+ETCD_PORT = 2379
+ETCD_PEER_PORT = 2380
+
 
 class ClusterProcess:
-    """An etcd (its own, or a shared one under a fresh key prefix) and N brokers."""
+    """An etcd (its own, or a shared one under a fresh key prefix) and N brokers, on
+    loopback or, with ``network``, each in its own host of that network."""
 
     def __init__(
         self,
@@ -94,8 +113,14 @@ class ClusterProcess:
         configs: Mapping[str, ConfigValue] | None = None,
         etcd: EtcdProcess | None = None,
         env: Mapping[str, str] | None = None,
+        network: Network | None = None,
+        log_level: str = "INFO",
     ) -> None:
+        if network is not None and etcd is not None:
+            raise ValueError("a namespaced cluster runs its own etcd in host 'etcd'")
         self.base_dir = Path(base_dir)
+        self.network = network
+        self.log_level = log_level
         self._own_etcd = etcd is None
         self.etcd = etcd
         self.prefix = unique_prefix()
@@ -106,19 +131,16 @@ class ClusterProcess:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> Self:
+        if self.network is not None:
+            self._add_hosts(self.network)
         if self.etcd is None:
-            self.etcd = start_etcd(self.base_dir / "etcd")
+            self.etcd = self._start_etcd()
         for node_id in range(1, self.count + 1):
-            self.brokers[node_id] = BrokerProcess(
-                self.base_dir / f"broker-{node_id}",
-                node_id=node_id,
-                configs={
-                    **self.configs,
-                    "metadata.etcd.endpoints": self.etcd.endpoint,
-                    "metadata.etcd.prefix": self.prefix,
-                },
-                env=self._broker_env(),
-            ).start()
+            self.brokers[node_id] = self._broker(node_id, {
+                **self.configs,
+                "metadata.etcd.endpoints": self.etcd.endpoint,
+                "metadata.etcd.prefix": self.prefix,
+            }).start()
         self.wait_until(
             lambda m: len(m.brokers) == self.count and m.controller_id > 0
             and {"__consumer_offsets", "__transaction_state"} <= set(m.topics),
@@ -134,6 +156,42 @@ class ClusterProcess:
         path = os.environ.get("PYTHONPATH")
         return {**os.environ, "PYTHONPATH": str(REPO_ROOT) + (os.pathsep + path if path else ""),
                 **self.env}
+
+    def _add_hosts(self, network: Network) -> None:
+        wanted = [ETCD_HOST, CLIENT_HOST, *(self.host(n) for n in range(1, self.count + 1))]
+        for host in wanted:
+            if host not in network.hosts:
+                network.add_host(host)
+
+    def _start_etcd(self) -> EtcdProcess:
+        if self.network is None:
+            return start_etcd(self.base_dir / "etcd")
+        return EtcdProcess(
+            self.base_dir / "etcd", host=self.network.address(ETCD_HOST), port=ETCD_PORT,
+            peer_port=ETCD_PEER_PORT, argv_prefix=self.network.exec_prefix(ETCD_HOST),
+        ).start()
+
+    def _broker(self, node_id: int, configs: Mapping[str, ConfigValue]) -> BrokerProcess:
+        data_dir = self.base_dir / f"broker-{node_id}"
+        if self.network is None:
+            return BrokerProcess(data_dir, node_id=node_id, configs=configs,
+                                 env=self._broker_env(), log_level=self.log_level)
+        return self.network.broker(self.host(node_id), data_dir, node_id=node_id,
+                                   configs=configs, env=self._broker_env(),
+                                   log_level=self.log_level)
+
+    @staticmethod
+    def host(node_id: int) -> str:
+        """The network host broker ``node_id`` runs in (with ``network``)."""
+        return f"b{node_id}"
+
+    def reach(self) -> contextlib.AbstractContextManager[None]:
+        """``with cluster.reach():`` the calling thread can connect to the brokers (inside
+        host ``client`` for a namespaced cluster; nothing to do on loopback). Clients built
+        in the block keep their sockets and threads there."""
+        if self.network is None:
+            return contextlib.nullcontext()
+        return self.network.joined(CLIENT_HOST)
 
     def close(self) -> None:
         for broker in self.brokers.values():
@@ -184,7 +242,8 @@ class ClusterProcess:
     def metadata(self, node_id: int | None = None) -> MetadataView:
         """Metadata as ``node_id`` (default: the first running broker) answers it."""
         node = node_id if node_id is not None else self.running[0]
-        return raw_metadata(self.brokers[node].bootstrap)
+        with self.reach():
+            return raw_metadata(self.brokers[node].bootstrap)
 
     def wait_until(
         self,

@@ -2,10 +2,12 @@
 ``make etcd``) on loopback, the cluster tests' metadata store.
 
 Each process has its own data directory and free client and peer ports; it is ready when
-its log says "ready to serve client requests". A port taken between picking and binding
-makes the start fail with "address already in use": ``start_etcd`` then tries new ports
-once. Tests sharing one etcd keep apart by using their own key prefix
-(``unique_prefix()``).
+its log says "ready to serve client requests". Inside a network namespace (``host``, fixed
+``port`` / ``peer_port`` and ``argv_prefix=net.exec_prefix(host)``, as the cluster fixture
+does with a ``Network``) the ports are the caller's: every namespace has its own. A port
+taken between picking and binding makes the start fail with "address already in use":
+``start_etcd`` then tries new ports once. Tests sharing one etcd keep apart by using their
+own key prefix (``unique_prefix()``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import re
 import shutil
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.support.net import LOOPBACK, free_port
@@ -34,11 +37,21 @@ def etcd_binary() -> str:
 
 
 class EtcdProcess(ServerProcess):
-    """One etcd member, alone in its cluster, listening on 127.0.0.1 only."""
+    """One etcd member, alone in its cluster, listening on ``host`` (127.0.0.1 unless
+    given) only; ``argv_prefix`` goes before the etcd command (``ip netns exec NS``)."""
 
     name = "etcd"
 
-    def __init__(self, base_dir: Path, *, start_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        host: str = LOOPBACK,
+        port: int | None = None,
+        peer_port: int | None = None,
+        argv_prefix: Sequence[str] = (),
+        start_timeout: float = 30.0,
+    ) -> None:
         base_dir = Path(base_dir)
         super().__init__(
             log_path=base_dir / "etcd.log",
@@ -48,9 +61,10 @@ class EtcdProcess(ServerProcess):
         )
         self.binary = etcd_binary()
         self.data_dir = base_dir / "data"
-        self.host = LOOPBACK
-        self.port = free_port(LOOPBACK)
-        self.peer_port = free_port(LOOPBACK)
+        self.host = host
+        self.port = free_port(host) if port is None else port
+        self.peer_port = free_port(host) if peer_port is None else peer_port
+        self.argv_prefix = list(argv_prefix)
 
     @property
     def endpoint(self) -> str:
@@ -61,6 +75,7 @@ class EtcdProcess(ServerProcess):
         client = f"http://{self.host}:{self.port}"
         peer = f"http://{self.host}:{self.peer_port}"
         return [
+            *self.argv_prefix,
             self.binary,
             "--name", "oncelog-test",
             "--data-dir", str(self.data_dir),

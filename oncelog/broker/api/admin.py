@@ -24,7 +24,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     seen: set[str] = set()
     for topic in request.topics:
         code, message = ErrorCode.none, None
-        topic_id, partitions, configs_out = ZERO_UUID, -1, ()
+        topic_id, partitions, replication, configs_out = ZERO_UUID, -1, -1, ()
         try:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, "topic listed twice in one request")
@@ -43,6 +43,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 validate_only=bool(request.validate_only),
             )
             topic_id, partitions = info.topic_id, info.partitions
+            replication = info.replication_factor
             configs_out = () if not hasattr(mod, "CreatableTopicConfigs") else tuple(
                 make(
                     mod.CreatableTopicConfigs,
@@ -65,7 +66,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 error_message=message,
                 topic_config_error_code=0,
                 num_partitions=partitions,
-                replication_factor=1 if code == ErrorCode.none else -1,
+                replication_factor=replication if code == ErrorCode.none else -1,
                 configs=configs_out if code == ErrorCode.none else None,
             )
         )

@@ -2,7 +2,8 @@
 
 DescribeCluster, DescribeTopicPartitions (KIP-966, paged) and ElectLeaders answer from the
 cluster view (``ctx.services.cluster``: on one node this node leads every partition, so no
-election is ever needed), List/AlterPartitionReassignments (one
+election is ever needed; in cluster mode ElectLeaders is the controller's,
+``ctx.services.elections``), List/AlterPartitionReassignments (one
 node: none in progress; a reassignment to this node alone is already done),
 DescribeLogDirs (real sizes per log directory) and AlterReplicaLogDirs (moves a partition
 between the directories of ``log.dirs``, see ``PartitionRegistry.move_partition``).
@@ -18,8 +19,11 @@ from typing import Any
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.admin import ZERO_UUID, live_brokers
 from oncelog.broker.api.authorized import OMITTED, TOPIC_OPERATIONS, cluster_operations
-from oncelog.broker.cluster_view import ClusterView
+from oncelog.broker.cluster_view import NO_LEADER, ClusterView
+from oncelog.broker.markers import sender_broker
 from oncelog.broker.partitions import PartitionRegistry, log_size
+from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
+from oncelog.cluster.controller_decisions import ElectionType
 from oncelog.cluster.replica_assignment import check_replicas
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -151,6 +155,8 @@ def _described_partition(mod: Any, view: ClusterView, topic: str, index: int) ->
 @handles(versions.ELECT_LEADERS, 0, 2)
 async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.ELECT_LEADERS, ctx.api_version)
+    if ctx.services.elections is not None:
+        return await _cluster_elect_leaders(ctx, request, mod)
     registry = ctx.services.partitions
     view = ctx.services.cluster
     results = []
@@ -182,6 +188,61 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
         error_code=ErrorCode.none,
         replica_election_results=tuple(results),
     )
+
+
+async def _cluster_elect_leaders(ctx: RequestContext, request: Any, mod: Any) -> Any:
+    """Cluster mode: the controller elects (this broker, or the controller broker the
+    request is forwarded to). As in Kafka, the "all partitions" form (topic_partitions
+    null) answers only the partitions whose election was needed."""
+    elections = ctx.services.elections
+    assert elections is not None
+    timeout_ms = max(1, int(request.timeout.total_seconds() * 1000))
+    election = ElectionType(int(getattr(request, "election_type", ElectionType.PREFERRED)))
+    wanted: list[tuple[str, int]] | None = None
+    if request.topic_partitions is not None:
+        wanted = [(entry.topic, int(index)) for entry in request.topic_partitions
+                  for index in entry.partitions]
+    errors = await elections.elect(election, wanted, timeout_ms)
+    if errors is None:  # not the controller: Kafka forwards ElectLeaders to it
+        controller_id = ctx.services.cluster.controller_id()
+        try:
+            # A request forwarded once is not forwarded again (stale images could bounce it).
+            if sender_broker(ctx.client_id) is not None or controller_id in (
+                    NO_LEADER, ctx.services.node.node_id):
+                raise LookupError(f"no other controller to forward to ({controller_id})")
+            return await elections.forward(request, timeout_ms)
+        except (LookupError, BrokerConnectionError, KafkaTimeoutError) as exc:
+            log.info("ElectLeaders: cannot reach the controller: %s", exc)
+            return make(mod.ElectLeadersResponse, throttle_time=0,
+                        error_code=ErrorCode.not_controller, replica_election_results=())
+    if wanted is None:
+        errors = {k: c for k, c in errors.items() if c is not ErrorCode.election_not_needed}
+        wanted = sorted(errors)
+    by_topic: dict[str, list[Any]] = {}
+    for topic, index in wanted:
+        code = errors.get((topic, index), ErrorCode.unknown_topic_or_partition)
+        by_topic.setdefault(topic, []).append(make(
+            mod.PartitionResult, partition_id=index, error_code=code,
+            error_message=_election_message(code, topic, index, election)))
+    results = [make(mod.ReplicaElectionResult, topic=topic, partition_result=tuple(parts))
+               for topic, parts in by_topic.items()]
+    return make(mod.ElectLeadersResponse, throttle_time=0, error_code=ErrorCode.none,
+                replica_election_results=tuple(results))
+
+
+def _election_message(
+    code: ErrorCode, topic: str, index: int, election: ElectionType
+) -> str | None:
+    """Kafka's error messages for ElectLeaders' per-partition codes."""
+    if code is ErrorCode.none:
+        return None
+    if code is ErrorCode.election_not_needed:
+        return "Leader election not needed for topic partition."
+    if code is ErrorCode.unknown_topic_or_partition:
+        return "The partition does not exist."
+    strategy = ("PreferredElectionStrategy" if election is ElectionType.PREFERRED
+                else "UncleanElectionStrategy")
+    return f"Failed to elect leader for partition {topic}-{index} under strategy {strategy}"
 
 
 def _election(

@@ -70,8 +70,10 @@ async def _add_partitions(
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
     if (error := txn_coordinator_error(ctx, transactional_id)) is not ErrorCode.none:
         return dict.fromkeys(wanted, error)
-    registry = ctx.services.partitions
-    missing = {tp for tp in wanted if registry.find(tp[0], tp[1]) is None}
+    # Kafka checks the metadata cache, not this broker's replicas: in a cluster the
+    # coordinator rarely holds the transaction's partitions itself.
+    view = ctx.services.cluster
+    missing = {tp for tp in wanted if view.partition(tp[0], tp[1]) is None}
     if missing:
         # One bad partition fails the whole request; the others were not attempted.
         return {

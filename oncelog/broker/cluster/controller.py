@@ -22,21 +22,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from oncelog.broker.metrics import ControllerStats
 from oncelog.cluster import controller_decisions as decide
-from oncelog.cluster.controller_decisions import PartitionChange, PartitionKey
+from oncelog.cluster.controller_decisions import ElectionType, PartitionChange, PartitionKey
 from oncelog.cluster.metadata import (
     NO_LEADER,
     MetadataEvent,
     MetadataImage,
     MetadataStore,
+    MetadataStoreError,
     SessionLost,
 )
-from oncelog.errors import KafkaError
+from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import InternalTopicSpec, internal_topic_specs
 
 log = logging.getLogger(__name__)
@@ -78,8 +80,10 @@ class Controller:
         *,
         stats: ControllerStats | None = None,
         rng: random.Random | None = None,
+        retry_backoff_s: float = 1.0,
     ) -> None:
         self.store = store
+        self.retry_backoff_s = retry_backoff_s
         self.node_id = node_id
         self.settings = settings
         self.stats = stats or ControllerStats()
@@ -98,8 +102,9 @@ class Controller:
 
     async def run(self) -> None:
         """Load the metadata, campaign, and follow the watch until the store is closed or
-        the task is cancelled."""
-        self.image = await self.store.load()
+        the task is cancelled. A failing store (etcd slow or out of reach: the load, the
+        watch or a write) does not end it: it loads the image again after
+        ``retry_backoff_s`` and decides from there (a write it did not make is still due)."""
         try:
             async with asyncio.TaskGroup() as tasks:
                 watch = tasks.create_task(self._follow())
@@ -117,14 +122,31 @@ class Controller:
 
     # -- the watch ----------------------------------------------------------------------------
     async def _follow(self) -> None:
+        while True:
+            try:
+                await self._load_and_watch()
+                return
+            except MetadataStoreError as exc:
+                log.warning("controller: node %d: the metadata store failed (%s); loading "
+                            "again in %.1fs", self.node_id, exc, self.retry_backoff_s)
+            await asyncio.sleep(self.retry_backoff_s)
+
+    async def _load_and_watch(self) -> None:
+        self.image = await self.store.load()
+        self._forget_seen_writes()
+        if self.epoch is not None and self.image.controller != (self.node_id, self.epoch):
+            self._resign(f"the controller key is now {self.image.controller}")
         await self._maybe_campaign()
+        if self.is_active:
+            await self.decide()
         async for event in self.store.watch(self.image.revision):
             self.image.apply(event)
             self._forget_seen_writes()
             if event.kind == "controller":
                 self._check_role(event)
-            # Also after a broker event: this broker may have registered again after losing
-            # its session (its campaign then was refused) while nobody holds the role.
+            # After any event, not only a controller one: a campaign refused while this
+            # broker's session was lost (SessionLost) is tried again while nobody holds the
+            # role (``on_registered`` tries it at once once registered again).
             await self._maybe_campaign()
             if self.is_active:
                 await self.decide()
@@ -136,6 +158,21 @@ class Controller:
             return
         if event.deleted or event.controller != (self.node_id, self.epoch):
             self._resign(f"the controller key is now {event.controller}")
+
+    def on_session_lost(self) -> None:
+        """This broker's session is lost: its controller key went (or goes) with the lease,
+        so it stops acting at once (Kafka's controller resignation on session expiry)."""
+        self._resign("the broker's session is lost")
+
+    async def on_registered(self) -> None:
+        """This broker registered again: campaign if nobody holds the role."""
+        try:
+            await self._maybe_campaign()
+        except MetadataStoreError as exc:  # the watch loop decides again after its reload
+            log.warning("controller: node %d: deciding after the campaign failed: %s",
+                        self.node_id, exc)
+        async with self._changed:
+            self._changed.notify_all()
 
     async def _maybe_campaign(self) -> None:
         if self.is_active or self.image.controller is not None:
@@ -225,12 +262,52 @@ class Controller:
             )
             await self._write(changes, "preferred leader rebalance")
 
+    async def elect_leaders(
+        self, election: ElectionType, partitions: Sequence[PartitionKey] | None,
+        timeout_s: float,
+    ) -> dict[PartitionKey, ErrorCode] | None:
+        """ElectLeaders (KIP-460) decided over the controller's image and written with
+        compare-and-swap as a controller write; each partition's error code (every partition
+        of the image when ``partitions`` is None), or None when this broker is not the
+        controller. A partition whose state changed under the decision is decided again
+        once the watch brings the change (until ``timeout_s``: REQUEST_TIMED_OUT)."""
+        errors: dict[PartitionKey, ErrorCode] = {}
+        pending = list(self.image.partitions) if partitions is None else list(partitions)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while pending:
+            async with self._lock:
+                if self.epoch is None:
+                    return None
+                result = decide.elect_leaders(self.image, election, pending,
+                                              controller_epoch=self.epoch)
+                errors.update(result.errors)
+                written = await self._write(result.changes, f"{election.name} election")
+            conflicts = [k for k in result.changes if k not in written]
+            pending = []
+            if conflicts:
+                seen = {k: result.changes[k].expected_version for k in conflicts}
+                try:
+                    await self.wait_for(partial(_moved_past, seen),
+                                        max(0.0, deadline - loop.time()))
+                    pending = conflicts
+                except TimeoutError:
+                    errors.update(dict.fromkeys(conflicts, ErrorCode.request_timed_out))
+        return errors
+
     async def _rebalance_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.imbalance_check_interval_s)
-            await self.rebalance()
+            try:
+                await self.rebalance()
+            except MetadataStoreError as exc:
+                log.warning("controller: preferred leader rebalance failed: %s", exc)
 
-    async def _write(self, changes: Mapping[PartitionKey, PartitionChange], why: str) -> None:
+    async def _write(
+        self, changes: Mapping[PartitionKey, PartitionChange], why: str,
+    ) -> set[PartitionKey]:
+        """Write ``changes`` (CAS, fenced as this controller); the keys written."""
+        written: set[PartitionKey] = set()
         for (topic, partition), change in sorted(changes.items()):
             key = (topic, partition)
             if key in self._written or self.epoch is None:
@@ -247,6 +324,7 @@ class Controller:
                          "the watch brings it", topic, partition, change.expected_version)
                 continue
             self._written[key] = version
+            written.add(key)
             if old is not None and new.leader != old.leader:
                 self.stats.leader_elections += 1
                 if new.leader != NO_LEADER and new.leader not in old.isr:
@@ -254,3 +332,12 @@ class Controller:
             log.info("controller: %s-%d leader %s→%s epoch %d isr %s (%s)", topic, partition,
                      None if old is None else old.leader, new.leader, new.leader_epoch,
                      list(new.isr), why)
+        return written
+
+
+def _moved_past(versions: Mapping[PartitionKey, int], controller: Controller) -> bool:
+    """Whether the controller's image has seen a newer version of each partition (or the
+    partition is gone)."""
+    image = controller.image
+    return all(image.partitions[k].version > v for k, v in versions.items()
+               if k in image.partitions)

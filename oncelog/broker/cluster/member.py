@@ -17,13 +17,17 @@ attempts, Kafka's ZooKeeper-era names and defaults), then stops. A partition wit
 ISR member keeps it as leader until the lease goes (as in Kafka). kill -9 leaves the move to
 the session timeout (``broker.session.timeout.ms``).
 
-A lost session (the broker was paused with SIGSTOP, or cut off from etcd, past
-``broker.session.timeout.ms``: etcd dropped its lease, so its registration and any controller
-role are gone and the controller moved its leaderships away) is not the end of the broker:
-it registers again at once under a new lease, with a new broker epoch (as a ZooKeeper-era
-Kafka broker re-created its ``/brokers/ids`` znode on a new session). Meanwhile the watch
-tells it it was replaced: it becomes a follower of the new leaders, truncates what it
-appended alone, and rejoins the ISR once it has caught up.
+A lost session (the store's ``session_lost``: the broker was paused with SIGSTOP or cut off
+from etcd past ``broker.session.timeout.ms``, or etcd dropped its lease) fences the broker
+until it is registered again (``_keep_session``): its replicas stop leading
+(``ReplicaRoles.fenced``; produce answers NOT_LEADER_OR_FOLLOWER, and the transaction and
+group coordinators unload their partitions) and its controller resigns, since the
+controller is moving its leaderships away meanwhile; then it registers again every
+``broker.heartbeat.interval.ms`` until etcd takes it (a new broker epoch, as a
+ZooKeeper-era Kafka broker re-created its ``/brokers/ids`` znode on a new session), waits
+until its image shows that registration (the watch is live again) and takes the image's
+roles back: a follower of the new leaders, it truncates what it appended alone and rejoins
+the ISR once it has caught up.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from oncelog.broker.cluster.controller import Controller, ControllerSettings
@@ -42,7 +47,7 @@ from oncelog.broker.cluster.view import EtcdClusterView, StoreTopicAdmin
 from oncelog.broker.datadir import load_meta
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import Clock, SystemClock
-from oncelog.cluster.metadata import BrokerRegistration, MetadataStoreError
+from oncelog.cluster.metadata import BrokerRegistration, MetadataImage, MetadataStoreError
 from oncelog.cluster.metadata_store import EtcdMetadataStore
 from oncelog.config import BrokerConfig
 from oncelog.errors import KafkaError
@@ -50,6 +55,8 @@ from oncelog.errors import KafkaError
 __all__ = ["ClusterMember", "cluster_mode"]
 
 log = logging.getLogger(__name__)
+
+_NOBODY = BrokerRegistration(-1, "", 0)
 
 
 def cluster_mode(config: BrokerConfig) -> bool:
@@ -79,7 +86,8 @@ class ClusterMember:
                                      ControllerSettings.from_config(config))
         self.producer_ids = ClusterProducerIdManager(self.store)
         self.view = EtcdClusterView(self.node_id, self.cache,
-                                    StoreTopicAdmin(self.store, self.cache, config), config)
+                                    StoreTopicAdmin(self.store, self.cache, config), config,
+                                    fenced=lambda: self.roles.fenced)
         self.registration: BrokerRegistration | None = None
         self._tasks: asyncio.TaskGroup | None = None
         self._creating: set[str] = set()
@@ -114,28 +122,45 @@ class ClusterMember:
         tasks.create_task(self.cache.follow(), name="metadata-cache")
         tasks.create_task(self.controller.run(), name="controller")
         tasks.create_task(self.producer_ids.run(), name="producer-id-blocks")
-        tasks.create_task(self._stay_registered(), name="broker-registration")
+        tasks.create_task(self._keep_session(), name="broker-session")
         self.replication.start(tasks)
 
-    async def _stay_registered(self) -> None:
-        """Register again whenever the store reports the session lost (module docstring);
-        a failed attempt is retried every ``broker.heartbeat.interval.ms``."""
-        retry_s = int(self.config["broker.heartbeat.interval.ms"]) / 1000
+    async def _keep_session(self) -> None:
+        """Fence this broker whenever its session is lost and lift the fence once it is
+        registered again (module docstring)."""
         while True:
             await self.store.session_lost.wait()
-            assert self.registration is not None
-            log.warning("broker %d: session lost (broker epoch %d): registering again",
-                        self.node_id, self.registration.epoch)
-            while self.store.session_lost.is_set():
-                try:
-                    epoch = await self.store.register_broker(self.registration)
-                except MetadataStoreError as exc:
-                    log.warning("broker %d: registering again failed: %s; retrying in %.1fs",
-                                self.node_id, exc, retry_s)
-                    await asyncio.sleep(retry_s)
-                    continue
-                self.registration = dataclasses.replace(self.registration, epoch=epoch)
-                log.info("broker %d registered again, broker epoch %d", self.node_id, epoch)
+            led = self.roles.led()
+            self.roles.fenced = True
+            self.controller.on_session_lost()
+            self.cache.renotify()
+            log.warning("broker %d: session lost; fenced (stopped leading %d partitions) "
+                        "until registered again", self.node_id, len(led))
+            epoch = await self._register_again()
+            await self.cache.wait_for(self._registered_at(epoch))
+            self.roles.fenced = False
+            self.cache.renotify()
+            log.info("broker %d: registered again at broker epoch %d; fence lifted",
+                     self.node_id, epoch)
+            await self.controller.on_registered()
+
+    def _registered_at(self, epoch: int) -> Callable[[MetadataImage], bool]:
+        return lambda image: image.brokers.get(self.node_id, _NOBODY).epoch == epoch
+
+    async def _register_again(self) -> int:
+        assert self.registration is not None
+        registration = dataclasses.replace(self.registration, epoch=-1)
+        backoff_s = int(self.config["broker.heartbeat.interval.ms"]) / 1000
+        while True:
+            try:
+                epoch = await self.store.register_broker(registration)
+            except MetadataStoreError as exc:  # BrokerIdInUse: the old key not gone yet
+                log.info("broker %d: registering again failed (%s); retrying in %.1fs",
+                         self.node_id, exc, backoff_s)
+                await asyncio.sleep(backoff_s)
+                continue
+            self.registration = dataclasses.replace(registration, epoch=epoch)
+            return epoch
 
     def _auto_create(self, name: str) -> None:
         """auto.create.topics.enable: create ``name`` with the broker defaults, once."""

@@ -100,6 +100,12 @@ class MetadataCache:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
+    def renotify(self) -> None:
+        """Call every listener with ``event=None``, as after a reload, without reading the
+        store: for a change of this broker's own standing (its session lost or back) that
+        makes listeners re-read the image."""
+        self._notify(None)
+
     async def changed(self) -> None:
         """Wait for the next change of the image."""
         await self._changed.wait()

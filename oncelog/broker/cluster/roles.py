@@ -16,10 +16,16 @@ change of it, ``ReplicaRoles.reconcile`` makes the local state agree with it:
 
 The engine's leader epoch is the partition's leader epoch in the image: batches a leader
 appends carry it, and a follower refuses client appends (NOT_LEADER_OR_FOLLOWER).
+
+While ``fenced`` (this broker's session with the metadata store is lost: the controller may
+be moving its leaderships away right now), every local replica is a follower of nobody at
+its current leader epoch, whatever the image says, so this broker takes no write nobody else
+will have; the image's roles apply again once it is unfenced (registered again).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Protocol
@@ -101,6 +107,7 @@ class ReplicaRoles:
         self.registry = registry
         self.hooks: ReplicationHooks = hooks or LoggingReplicationHooks()
         self.roles: dict[tuple[str, int], Role] = {}
+        self.fenced = False
 
     def on_metadata(self, event: MetadataEvent | None, image: MetadataImage) -> None:
         """A MetadataCache listener: topic and partition changes (or a reload) reconcile."""
@@ -156,6 +163,9 @@ class ReplicaRoles:
         self, partition: Partition, versioned: VersionedPartitionState, replicas: tuple[int, ...]
     ) -> None:
         state = versioned.state
+        if self.fenced:
+            state = dataclasses.replace(state, leader=NO_LEADER)
+            versioned = dataclasses.replace(versioned, state=state)
         role = Role(state.leader, state.leader_epoch)
         key = (partition.topic, partition.index)
         if self.roles.get(key) == role:

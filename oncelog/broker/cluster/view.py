@@ -13,7 +13,7 @@ image shows the change, so a Metadata request that follows on this broker finds 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from oncelog.broker.cluster.metadata_cache import MetadataCache
 from oncelog.broker.cluster_view import (
@@ -42,7 +42,9 @@ _SEEN_TIMEOUT_S = 10.0
 
 def _info(assignment: TopicAssignment) -> TopicInfo:
     return TopicInfo(assignment.name, assignment.topic_id, assignment.partition_count,
-                     dict(assignment.configs))
+                     dict(assignment.configs),
+                     replication_factor=len(assignment.replicas[0]) if assignment.replicas
+                     else 0)
 
 
 class StoreTopicAdmin:
@@ -174,11 +176,12 @@ class EtcdClusterView:
     """The ClusterView of one broker of a cluster, read from its MetadataImage."""
 
     def __init__(self, node_id: int, cache: MetadataCache, admin: TopicAdmin,
-                 config: BrokerConfig) -> None:
+                 config: BrokerConfig, fenced: Callable[[], bool] = lambda: False) -> None:
         self._node_id = node_id
         self._cache = cache
         self._admin = admin
         self._config = config
+        self._fenced = fenced  # the session is lost: this broker leads nothing
 
     @property
     def node_id(self) -> int:
@@ -215,11 +218,17 @@ class EtcdClusterView:
         if state is None:  # the topic is there, its partition state not yet
             return PartitionLeadership(NO_LEADER, -1, replicas, ())
         offline = tuple(r for r in replicas if r not in image.brokers)
-        return PartitionLeadership(state.leader, state.leader_epoch, replicas, state.isr,
-                                   offline)
+        return PartitionLeadership(self._leader(topic, index), state.leader_epoch, replicas,
+                                   state.isr, offline)
 
     def leads(self, topic: str, index: int) -> bool:
-        return self.image.leader(topic, index) == self._node_id
+        return self._leader(topic, index) == self._node_id
+
+    def _leader(self, topic: str, index: int) -> int:
+        """The image's leader, except that a fenced broker names nobody where the (maybe
+        stale) image names itself, so clients look for the leader elsewhere."""
+        leader = self.image.leader(topic, index)
+        return NO_LEADER if leader == self._node_id and self._fenced() else leader
 
     def coordinator(self, key_type: int, key: str) -> CoordinatorLocation:
         topic = TRANSACTION_STATE_TOPIC if key_type == TRANSACTION_KEY else OFFSETS_TOPIC
@@ -230,4 +239,4 @@ class EtcdClusterView:
             index = coordinator_partition(int(self._config[name]), key)
             return CoordinatorLocation(topic, index, NO_LEADER)
         index = coordinator_partition(assignment.partition_count, key)
-        return CoordinatorLocation(topic, index, self.image.leader(topic, index))
+        return CoordinatorLocation(topic, index, self._leader(topic, index))

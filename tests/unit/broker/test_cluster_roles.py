@@ -1,10 +1,17 @@
-"""ReplicaRoles: the registry and the replicas' roles follow the metadata image."""
+"""ReplicaRoles: the registry and the replicas' roles follow the metadata image; the
+coordinators (CoordinatorRoles) follow the roles of their internal topic."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
+from oncelog.broker.cluster.coordinator_roles import (
+    CoordinatorRoles,
+    GroupCoordinatorRoles,
+    TxnCoordinatorRoles,
+)
 from oncelog.broker.cluster.roles import ReplicaRoles
 from oncelog.broker.partitions import Partition, PartitionRegistry
 from oncelog.clock import FakeClock
@@ -15,6 +22,7 @@ from oncelog.cluster.metadata import (
     VersionedPartitionState,
 )
 from oncelog.config import BrokerConfig
+from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 ME = 1
 
@@ -79,6 +87,21 @@ def test_role_changes_apply_once_per_leader_epoch(tmp_path: Path) -> None:
     assert roles.led() == [("t", 2)]
 
 
+def test_fenced_broker_leads_nothing_until_unfenced(tmp_path: Path) -> None:
+    registry, roles, hooks = setup(tmp_path)
+    image = image_with(TOPIC, {0: (1, 3), 2: (3, 0)})
+    roles.reconcile(image)
+    roles.fenced = True  # the session is lost: the image may be stale
+    roles.reconcile(image)
+    assert hooks.calls[2:] == [("follower", "t-0", -1), ("follower", "t-2", -1)]
+    assert not registry.get("t", 0).log.is_leader and registry.get("t", 0).leader_epoch == 3
+    assert roles.led() == []
+    roles.fenced = False  # registered again: the image's roles come back
+    roles.reconcile(image)
+    assert hooks.calls[4:] == [("leader", "t-0", 3), ("follower", "t-2", 3)]
+    assert registry.get("t", 0).log.is_leader and roles.led() == [("t", 0)]
+
+
 def test_deleted_topic_removes_replicas_and_catalog_entry(tmp_path: Path) -> None:
     registry, roles, hooks = setup(tmp_path)
     roles.reconcile(image_with(TOPIC, {0: (1, 0), 2: (3, 0)}))
@@ -110,3 +133,64 @@ def test_recreated_topic_drops_old_replicas(tmp_path: Path) -> None:
     assert registry.topics["t"].topic_id == recreated.topic_id
     assert sorted(p.name for p in registry.partitions()) == ["t-0"]
     assert hooks.calls[-1] == ("leader", "t-0", 0)
+
+
+class FakeCoordinator:
+    """Owns what it was told to load; records every call."""
+
+    def __init__(self) -> None:
+        self.owned: dict[int, int] = {}
+        self.calls: list[tuple[str, int]] = []
+
+    def owned_partitions(self) -> dict[int, int]:
+        return dict(self.owned)
+
+    def begin_loading(self, partition: int) -> None:
+        self.calls.append(("begin", partition))
+
+    def load_partition(self, partition: int, coordinator_epoch: int) -> int:
+        self.owned[partition] = coordinator_epoch
+        self.calls.append(("load", partition))
+        return 0
+
+    def unload_partition(self, partition: int) -> int:
+        self.owned.pop(partition, None)
+        self.calls.append(("unload", partition))
+        return 0
+
+
+def internal_image() -> MetadataImage:
+    """Both internal topics: partition 0 led here at epoch 2, partition 1 led by broker 2."""
+    image = MetadataImage(cluster_id="c")
+    for name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+        topic = TopicAssignment(name, uuid.uuid4(), ((ME, 2), (2, ME)), {})
+        image.topics[name] = topic
+        image.partitions.update(image_with(topic, {0: (ME, 2), 1: (2, 2)}).partitions)
+    return image
+
+
+def test_a_fenced_broker_unloads_both_coordinators_until_unfenced(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        _, roles, _ = setup(tmp_path)
+        image = internal_image()
+        txn, group = FakeCoordinator(), FakeCoordinator()
+        followers: list[CoordinatorRoles] = [TxnCoordinatorRoles(roles, txn),
+                                             GroupCoordinatorRoles(roles, group)]
+
+        async def notify() -> None:  # MetadataCache.renotify: roles first, then followers
+            roles.on_metadata(None, image)
+            for follower in followers:
+                follower.on_metadata(None, image)
+            await asyncio.sleep(0)  # the loads run in a later loop callback
+
+        await notify()
+        assert txn.owned == group.owned == {0: 2}
+        roles.fenced = True  # the session is lost
+        await notify()
+        assert txn.owned == group.owned == {}
+        assert txn.calls[-1] == group.calls[-1] == ("unload", 0)
+        roles.fenced = False  # registered again
+        await notify()
+        assert txn.owned == group.owned == {0: 2}
+
+    asyncio.run(scenario())

@@ -6,6 +6,7 @@ these answers can happen, so they are checked here."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Awaitable, Mapping, Sequence
@@ -370,3 +371,40 @@ def test_group_and_transaction_apis_answer_not_coordinator(tmp_path: Path) -> No
     [topic] = response.results_by_topic_v3_and_below
     assert [p.partition_error_code for p in topic.results_by_partition] == [
         ErrorCode.not_coordinator]
+
+
+def test_add_partitions_to_txn_accepts_partitions_this_broker_does_not_hold(
+    tmp_path: Path,
+) -> None:
+    """The coordinator adds a partition the view knows (led by another broker, no replica
+    here), as Kafka checks its metadata cache; one the view does not know is refused."""
+    svc, view = services(tmp_path)
+    view.lead("elsewhere", 0, OTHER)
+    added: list[list[tuple[str, int]]] = []
+
+    async def handle_add_partitions(
+        transactional_id: str, producer_id: int, producer_epoch: int,
+        partitions: list[tuple[str, int]], *, verify_only: bool,
+    ) -> dict[tuple[str, int], ErrorCode]:
+        added.append(partitions)
+        return dict.fromkeys(partitions, ErrorCode.none)
+
+    svc = dataclasses.replace(svc, transactions=cast(Any, SimpleNamespace(
+        coordinator_epoch=0, handle_add_partitions=handle_add_partitions)))
+    mod = request_module(versions.ADD_PARTITIONS_TO_TXN, 3)
+
+    def add(topic: str) -> list[int]:
+        response = call(
+            svc, versions.ADD_PARTITIONS_TO_TXN, 3, transactions.handle_add_partitions_to_txn,
+            make(mod.AddPartitionsToTxnRequest, v3_and_below_transactional_id="tx",
+                 v3_and_below_producer_id=4, v3_and_below_producer_epoch=0,
+                 v3_and_below_topics=(make(mod.AddPartitionsToTxnTopic, name=topic,
+                                           partitions=(0,)),)))
+        [result] = response.results_by_topic_v3_and_below
+        return [p.partition_error_code for p in result.results_by_partition]
+
+    assert svc.partitions.find("elsewhere", 0) is None
+    assert add("elsewhere") == [ErrorCode.none]
+    assert added == [[("elsewhere", 0)]]
+    assert add("nowhere") == [ErrorCode.unknown_topic_or_partition]
+    assert added == [[("elsewhere", 0)]]
