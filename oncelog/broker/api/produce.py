@@ -268,7 +268,9 @@ async def add_or_verify_transaction(
         code = ErrorCode.invalid_producer_epoch
     elif code is ErrorCode.transaction_abortable and ctx.api_version < 11:
         code = ErrorCode.invalid_txn_state
-    elif code in _UNVERIFIED:
+    elif code in _UNVERIFIED or (
+        code is ErrorCode.concurrent_transactions and ctx.api_version < 12
+    ):
         raise KafkaError(
             ErrorCode.not_enough_replicas,
             f"Unable to verify the partition has been added to the transaction. "
@@ -283,6 +285,8 @@ async def add_or_verify_transaction(
 
 # Coordinator answers meaning "not verified yet" (Kafka's ReplicaManager turns them into
 # NOT_ENOUGH_REPLICAS for produce: older clients do not retry them on the produce path).
+# CONCURRENT_TRANSACTIONS (the transaction is mid-transition, e.g. its AddPartitionsToTxn
+# waiting for the ISR) too, below Produce v12 only: a transactions v2 producer retries it.
 _UNVERIFIED = frozenset({
     ErrorCode.network_exception,
     ErrorCode.coordinator_load_in_progress,

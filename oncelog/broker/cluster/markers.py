@@ -25,6 +25,7 @@ from typing import Any
 from oncelog.broker.cluster.peers import PeerConnections, indexes_by_topic
 from oncelog.broker.cluster.view import EtcdClusterView
 from oncelog.broker.markers import LocalMarkerWriter
+from oncelog.client.aio.connection import BrokerConnection
 from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
 from oncelog.cluster.metadata import NO_LEADER
 from oncelog.errors import ErrorCode
@@ -93,6 +94,7 @@ class ClusterMarkerWriter:
         commit: bool,
     ) -> dict[TopicPartition, ErrorCode]:
         what = "COMMIT" if commit else "ABORT"
+        conn: BrokerConnection | None = None
         try:
             conn = await self.peers.get(leader)
             self.requests += 1
@@ -101,7 +103,8 @@ class ClusterMarkerWriter:
                 timeout_ms=self.request_timeout_ms,
             )
         except (BrokerConnectionError, KafkaTimeoutError, OSError, LookupError) as exc:
-            await self.peers.drop(leader, str(exc))
+            if conn is not None:
+                await self.peers.drop(leader, str(exc), conn)
             log.info("%s markers for producer %d to broker %d (%d partitions) failed: %s; "
                      "retried after the metadata moves", what, producer_id, leader,
                      len(partitions), exc)

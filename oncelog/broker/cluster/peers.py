@@ -1,10 +1,17 @@
 """Connections from this broker to the other brokers of the cluster (broker-to-broker
 requests: WriteTxnMarkers, AddPartitionsToTxn verification), one per peer, reopened when
 the peer's registered endpoint changes or the connection dropped. Brokers tell the
-receiving side who they are with the client id ``oncelog-broker-<id>``."""
+receiving side who they are with the client id ``oncelog-broker-<id>``.
+
+Several tasks ask for the same peer at once (the markers of every transaction completing
+together, verifications): opening a connection is serialised per peer so they share one,
+and a caller whose request failed drops only the connection it used, never a newer one
+another caller opened meanwhile (else concurrent callers close each other's connections
+forever)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -22,9 +29,14 @@ class PeerConnections:
         self.view = view
         self.request_timeout_ms = request_timeout_ms
         self._connections: dict[int, BrokerConnection] = {}
+        self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def get(self, node_id: int) -> BrokerConnection:
         """The connection to ``node_id``; LookupError if it is not a live broker."""
+        async with self._opening[node_id]:
+            return await self._get(node_id)
+
+    async def _get(self, node_id: int) -> BrokerConnection:
         endpoint = self.view.broker(node_id)
         if endpoint is None:
             raise LookupError(f"broker {node_id} is not registered")
@@ -39,17 +51,26 @@ class PeerConnections:
                                 client_id=broker_client_id(self.view.node_id),
                                 request_timeout_ms=self.request_timeout_ms)
         self._connections[node_id] = conn
-        await conn.connect()
+        try:
+            await conn.connect()
+        except BaseException:
+            del self._connections[node_id]
+            await conn.close("connecting failed")
+            raise
         return conn
 
-    async def drop(self, node_id: int, reason: str) -> None:
-        conn = self._connections.pop(node_id, None)
-        if conn is not None:
-            await conn.close(reason)
+    async def drop(self, node_id: int, reason: str, conn: BrokerConnection) -> None:
+        """Close ``conn``, the connection to ``node_id`` a failed request used, unless
+        another caller has replaced it already."""
+        current = self._connections.get(node_id)
+        if current is not conn:
+            return
+        del self._connections[node_id]
+        await current.close(reason)
 
     async def close(self) -> None:
-        for node_id in list(self._connections):
-            await self.drop(node_id, "broker stopping")
+        for node_id, conn in list(self._connections.items()):
+            await self.drop(node_id, "broker stopping", conn)
 
 
 def indexes_by_topic(partitions: Iterable[tuple[str, int]]) -> list[tuple[str, tuple[int, ...]]]:

@@ -101,7 +101,7 @@ class ReplicaManager:
     def stop_leading(self, topic: str, index: int) -> None:
         led = self._led.pop((topic, index), None)
         if led is not None:
-            led.acks.set()  # waiting produces re-check and find no leader
+            _wake(led)  # waiting produces re-check and find no leader
 
     def on_partition_state(self, topic: str, index: int, state: VersionedPartitionState) -> None:
         """The watched state of a partition this broker leads (an ISR write came back, or
@@ -112,7 +112,7 @@ class ReplicaManager:
         led.state = state
         if led.tracker.on_isr_committed(state.state.isr, self._clock.monotonic_ms()):
             self._push_high_watermark(led)
-        led.acks.set()
+        _wake(led)
 
     def on_brokers(self, brokers: Mapping[int, BrokerRegistration]) -> None:
         self._brokers = dict(brokers)
@@ -182,12 +182,9 @@ class ReplicaManager:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return ErrorCode.request_timed_out
-            event = led.acks
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
-                    await event.wait()
-            if event.is_set():
-                led.acks = asyncio.Event()
+                    await led.acks.wait()
 
     async def wait_for_all_acks(
         self, appends: Sequence[tuple[Partition, int]], timeout_ms: int
@@ -200,7 +197,7 @@ class ReplicaManager:
 
     def _push_high_watermark(self, led: _Led) -> None:
         led.partition.maybe_increment_high_watermark(led.tracker.high_watermark())
-        led.acks.set()
+        _wake(led)
 
     # -- ISR changes ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -258,4 +255,14 @@ class ReplicaManager:
         led.state = VersionedPartitionState(state, version)
         if tracker.on_isr_committed(isr, self._clock.monotonic_ms()):
             self._push_high_watermark(led)
-        led.acks.set()
+        _wake(led)
+
+
+def _wake(led: _Led) -> None:
+    """Wake every acks=all waiter of ``led`` to re-check; later waiters wait on a fresh
+    event. The notifier swaps the event, never a waiter: when waiters replaced it
+    themselves, a woken waiter could replace the event another had just started waiting
+    on, which then slept until its timeout (a coordinator's transition held for the
+    transaction timeout)."""
+    event, led.acks = led.acks, asyncio.Event()
+    event.set()

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from oncelog.broker.cluster.peers import PeerConnections, indexes_by_topic
+from oncelog.client.aio.connection import BrokerConnection
 from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions
@@ -43,6 +44,7 @@ class RemoteTxnVerifier:
         *,
         verify_only: bool,
     ) -> dict[TopicPartition, ErrorCode]:
+        conn: BrokerConnection | None = None
         try:
             conn = await self.peers.get(coordinator)
             self.requests += 1
@@ -51,7 +53,8 @@ class RemoteTxnVerifier:
                 timeout_ms=self.peers.request_timeout_ms,
             )
         except (BrokerConnectionError, KafkaTimeoutError, OSError, LookupError) as exc:
-            await self.peers.drop(coordinator, str(exc))
+            if conn is not None:
+                await self.peers.drop(coordinator, str(exc), conn)
             log.info("transaction verification of %r (producer %d) at coordinator %d failed: "
                      "%s", transactional_id, producer_id, coordinator, exc)
             return dict.fromkeys(partitions, ErrorCode.network_exception)

@@ -112,6 +112,18 @@ def test_a_coordinator_not_there_is_retriable(tmp_path: Path, refusal: ErrorCode
     assert answer.error_code == ErrorCode.not_enough_replicas
 
 
+@pytest.mark.parametrize(("version", "expected"), [
+    (9, ErrorCode.not_enough_replicas), (12, ErrorCode.concurrent_transactions)])
+def test_a_transaction_mid_transition_is_retriable(tmp_path: Path, version: int,
+                                                   expected: ErrorCode) -> None:
+    """Kafka's ReplicaManager turns CONCURRENT_TRANSACTIONS into NOT_ENOUGH_REPLICAS unless
+    the producer supports the epoch bump (Produce v12): before, librdkafka (Produce < v12)
+    took it as abortable and the transaction failed (seen in the transactional fault run)."""
+    answer, _ = produce_once(tmp_path, version, OTHER,
+                             FakeVerifier(ErrorCode.concurrent_transactions))
+    assert answer.error_code == expected
+
+
 def test_no_coordinator_leader_is_retriable(tmp_path: Path) -> None:
     verifier = FakeVerifier()
     answer, local = produce_once(tmp_path, 9, NO_LEADER, verifier)

@@ -56,6 +56,32 @@ def test_acks_all_waits_for_the_isr_to_fetch(tmp_path: Path) -> None:
     assert partition.high_watermark == 3
 
 
+def test_every_acks_all_waiter_is_woken_after_a_wake_that_did_not_satisfy_them(
+        tmp_path: Path) -> None:
+    """Two waiters woken by a high watermark short of their offset wait again; the next
+    advance wakes both. Before, each woken waiter replaced the shared event, so the first
+    waited on an event nobody set any more and answered only at its deadline (a
+    coordinator's AddPartitionsToTxn held for the transaction timeout)."""
+    manager, partition = _leader(tmp_path, (0, 1))
+
+    async def scenario() -> list[ErrorCode]:
+        end = _append(partition)
+        waiters = [asyncio.create_task(manager.wait_for_acks(partition, end, 60_000))
+                   for _ in range(2)]
+        await asyncio.sleep(0)
+        manager.on_follower_fetch(partition, 1, 1, 0)  # the HW moves, not far enough
+        for _ in range(3):
+            await asyncio.sleep(0)  # both re-check and wait again
+        assert not any(w.done() for w in waiters)
+        manager.on_follower_fetch(partition, 1, end, 0)
+        for _ in range(3):
+            await asyncio.sleep(0)  # woken waiters answer at once, not at their deadline
+        assert all(w.done() for w in waiters)
+        return [w.result() for w in waiters]
+
+    assert asyncio.run(scenario()) == [ErrorCode.none, ErrorCode.none]
+
+
 def test_acks_all_times_out_without_the_follower(tmp_path: Path) -> None:
     manager, partition = _leader(tmp_path, (0, 1))
 
