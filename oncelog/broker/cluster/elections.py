@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from oncelog.broker.cluster.controller import Controller
 from oncelog.broker.cluster.metadata_cache import MetadataCache
 from oncelog.broker.cluster.peers import PeerConnections
 from oncelog.cluster.controller_decisions import ElectionType, PartitionKey
+from oncelog.cluster.metadata import MetadataImage
 from oncelog.errors import ErrorCode
 
 __all__ = ["ClusterElections"]
@@ -27,10 +27,24 @@ __all__ = ["ClusterElections"]
 log = logging.getLogger(__name__)
 
 
+class Elector(Protocol):
+    """What an election needs of the controller shell (``oncelog.broker.cluster.controller.
+    Controller``; a protocol, so that the request context, which holds this object, does not
+    depend on the controller, whose statistics the metrics module renders)."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    async def elect_leaders(
+        self, election: ElectionType, partitions: Sequence[PartitionKey] | None,
+        timeout_s: float,
+    ) -> dict[PartitionKey, ErrorCode] | None: ...
+
+
 class ClusterElections:
     """ElectLeaders run by the controller (here, or forwarded to the controller broker)."""
 
-    def __init__(self, controller: Controller, cache: MetadataCache,
+    def __init__(self, controller: Elector, cache: MetadataCache,
                  peers: PeerConnections) -> None:
         self.controller = controller
         self.cache = cache

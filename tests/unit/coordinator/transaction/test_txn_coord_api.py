@@ -22,7 +22,7 @@ from oncelog.protocol.codec import encode_response
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
 from oncelog.storage.unified_log import UnifiedLog
-from tests.support.fake_cluster_view import coordinating
+from tests.support.fake_cluster_view import FakeClusterView, coordinating
 
 E = ErrorCode
 T = TypeVar("T")
@@ -36,9 +36,20 @@ class FakeRegistry:
         return object() if (topic, index) in self.known else None
 
 
+def view_of(known: set[tuple[str, int]]) -> FakeClusterView:
+    """This broker coordinates everything and leads the ``known`` partitions; other
+    partitions are unknown to the cluster (AddPartitionsToTxn checks the cluster's metadata,
+    as Kafka checks its metadata cache)."""
+    view = coordinating(1, "localhost", 9092)
+    view.lead_everything = False
+    for topic, index in known:
+        view.lead(topic, index, leader=1)
+    return view
+
+
 def ctx_for(env: Env, api_key: int, version: int) -> RequestContext:
     broker = SimpleNamespace(transactions=env.coord, partitions=FakeRegistry({A0, A1}),
-                             cluster=coordinating(1, "localhost", 9092))
+                             cluster=view_of({A0, A1}))
     return RequestContext(api_key, version, 1, "test", "127.0.0.1", broker)  # type: ignore[arg-type]
 
 
