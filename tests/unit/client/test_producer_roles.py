@@ -133,9 +133,13 @@ def test_add_partitions_failure_makes_the_transaction_abortable_and_fails_queued
     async def coordinator_call(api_key: int, build: Any, what: str, check: Any) -> Any:
         raise AbortableError("AddPartitionsToTxn refused", ErrorCode.unknown_server_error)
 
+    async def transactions_v1() -> bool:
+        return False  # the AddPartitionsToTxn path (without it: a 60 s FindCoordinator)
+
     async def scenario() -> None:
         p = ready_transactional()
         p.transactions._txn_coordinator_call = coordinator_call  # type: ignore[method-assign]
+        p.transactions._transactions_v2 = transactions_v1  # type: ignore[method-assign]
         await p.begin_transaction()
         future = queue_record(p, TP0)
         assert p.transactions.pending_partitions == {TP0}
