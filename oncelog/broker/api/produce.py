@@ -101,10 +101,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 base_offset = result.base_offset
                 append_time = result.log_append_time
                 log_start = partition.log_start_offset
-                if replication is not None:
-                    replication.on_leader_append(partition)
-                    if acks == -1:
-                        wait_until = result.last_offset + 1
+                # The leader's follower tracking saw the append through the partition's
+                # append listener (oncelog.broker.cluster.replication).
+                if replication is not None and acks == -1:
+                    wait_until = result.last_offset + 1
             except KafkaError as exc:
                 code = exc.code
                 message = exc.message or None
