@@ -29,6 +29,13 @@ class Deployment(Protocol):
         """What client workers connect to (through the fault proxy when there is one)."""
         ...
 
+    @property
+    def client_prefix(self) -> list[str]:
+        """An argv prefix for every client process the runner starts (workers, topic
+        set-up, the final read): ``[]``, or ``["ip", "netns", "exec", NS]`` when the
+        brokers live in network namespaces that only a process inside can reach."""
+        ...
+
     def heal(self) -> None:
         """End every fault: resume paused brokers, restart killed ones, heal network cuts,
         stop dropping traffic; returns when every broker serves again."""
