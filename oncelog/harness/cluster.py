@@ -16,7 +16,7 @@ and every broker's Metadata shows all N brokers and a controller. Conditions are
 with a deadline, by polling Metadata (never by sleeping for a guessed time). On failure,
 ``logs()`` is what the fixture prints.
 
-Where it runs: on loopback by default; with ``network=`` (a ``tests.support.netns.Network``)
+Where it runs: on loopback by default; with ``network=`` (a ``oncelog.harness.netns.Network``)
 etcd runs in host ``etcd`` and broker N in host ``bN`` (each listening on and advertising
 its namespace address), so ``network.cut`` / ``isolate`` apply between them, and the test
 reaches the cluster from host ``client``, which no fault touches: ``metadata()`` and
@@ -42,10 +42,10 @@ from typing import Any, Self
 
 from kio.schema.metadata.v12 import request as md
 
-from tests.support.broker import REPO_ROOT, BrokerProcess, ConfigValue
-from tests.support.etcd import EtcdProcess, start_etcd, unique_prefix
-from tests.support.netns import Network
-from tests.support.rawkafka import request_once
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess, ConfigValue
+from oncelog.harness.etcd import EtcdProcess, start_etcd, unique_prefix
+from oncelog.harness.netns import Network
+from oncelog.harness.rawkafka import request_once
 
 
 @dataclass(frozen=True)
