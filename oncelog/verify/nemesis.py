@@ -40,7 +40,7 @@ DROPPED_RESPONSES: dict[int, int] = {
 
 
 @dataclass
-class _Active:
+class ActiveFault:
     fault: Fault
     heal: Callable[[], None]
 
@@ -81,14 +81,14 @@ class Nemesis:
                 self.deployment.heal()
 
     # -- one fault -------------------------------------------------------------------------
-    def start(self, planned: PlannedFault) -> _Active:
+    def start(self, planned: PlannedFault) -> ActiveFault:
         """Inject ``planned`` now; returns what ``end`` heals."""
         fault = Fault(kind=planned.kind, target="", start=round(self.now(), 3))
         heal = getattr(self, "_" + planned.kind.replace("-", "_"))(planned.pick, fault)
         logger.debug("verify fault %s started on %s: %s", fault.kind, fault.target, fault.detail)
-        return _Active(fault, heal)
+        return ActiveFault(fault, heal)
 
-    def end(self, active: _Active, record: Callable[[Fault], None]) -> None:
+    def end(self, active: ActiveFault, record: Callable[[Fault], None]) -> None:
         """Heal ``active``, wait until the deployment serves, record and log it."""
         fault = active.fault
         try:
