@@ -107,7 +107,7 @@ def synthetic_history(seed: int, duration_s: float, slots: int = 4, rate: float 
             length = rng.uniform(0.3, 1.0) if kind == "cut" else rng.uniform(2, 6)
             faults.append(Fault(kind, "broker-0" if kind != "cut" else "proxy", t, t + length))
         t += rng.uniform(8, 22)
-    stalls = [(f.start, f.end) for f in faults if f.kind in ("kill", "pause") and f.end]
+    stalls = sorted((f.start, f.end) for f in faults if f.kind in ("kill", "pause") and f.end)
     crashes: dict[int, list[float]] = defaultdict(list)
     for f in faults:
         if f.kind == "client-crash":
@@ -119,11 +119,15 @@ def synthetic_history(seed: int, duration_s: float, slots: int = 4, rate: float 
         client = ("oncelog", "confluent-kafka")[slot % 2]
         incarnation, seq, t = 0, 0, rng.uniform(0.1, 0.5)
         pending_crashes = sorted(crashes[slot])
+        next_stall = 0
         while t < duration_s:
             process = slot * 1000 + incarnation
             took = rng.expovariate(rate) * 0.8 + 0.01
             end = t + took
-            stalled = next(((s, e) for s, e in stalls if s < end and t < e), None)
+            while next_stall < len(stalls) and stalls[next_stall][1] <= t:
+                next_stall += 1  # time only moves forward within a slot
+            stalled = (stalls[next_stall] if next_stall < len(stalls)
+                       and stalls[next_stall][0] < end else None)
             outcome: Outcome = "ok" if rng.random() > 0.1 else "fail"
             if stalled is not None:
                 end = stalled[1] + rng.uniform(0.1, 0.8)
