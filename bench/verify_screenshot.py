@@ -20,6 +20,8 @@ def screenshot(page: Page, width: int, height: int) -> bytes:
     """The page's top ``width`` x ``height`` CSS pixels as a PNG."""
     page.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
               deviceScaleFactor=1, mobile=False)
+    # Two animation frames: the page is laid out and painted at the new size.
+    page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     data = page.call("Page.captureScreenshot", format="png",
                      clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
     return base64.b64decode(data["data"])
@@ -36,7 +38,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="oncelog-verify-report-") as tmp:
         page_path = write_report(Path(tmp), history, results)
         with chromium_page(page_path.as_uri()) as page:
-            page.wait_for("document.readyState === 'complete'")
+            page.wait_for("document.readyState === 'complete'"
+                          " && document.getElementById('totals')")
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_bytes(screenshot(page, 1280, args.height))
     print(f"{args.out}: {len(history.ops)} ops, {len(history.faults)} faults")
