@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
-from oncelog.verify.history import ANOMALY_KINDS, Results, results_json
+from oncelog.verify.history import ANOMALY_KINDS, Anomaly, Results, results_json
 from oncelog.verify.report import EXACT_BARS, write_report
 from tests.support.verify_history import small_history, synthetic_history
 
@@ -220,3 +220,15 @@ def test_a_30_minute_history_of_100k_ops_stays_small(tmp_path: Path) -> None:
     assert never_completed and {e.attrs["data-op"] for e in bars} == never_completed | cited
     processes = {str(op.process) for op in history.ops}
     assert {e.attrs["data-process"] for e in page.select("g", "lane")} == processes
+
+
+def test_a_run_where_nothing_happened_still_renders(tmp_path: Path) -> None:
+    history, _ = small_history()
+    history.ops, history.faults, history.final = [], [], None
+    results = Results(False, {"final-read-incomplete": [
+        Anomaly("final-read-incomplete", "no final read")]}, {})
+    page = Page(write_report(tmp_path, history, results).read_text())
+    assert not page.select("g", "lane") and not page.select("rect", "op")
+    assert page.by_id("verdict").content() == "Invalid: final-read-incomplete \u00d71"
+    rows = {e.attrs["data-key"]: e.content() for e in page.select("tr", within="totals")}
+    assert rows["ops"].endswith("\u2014")  # no totals: a dash, not an error
