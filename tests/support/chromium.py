@@ -36,6 +36,17 @@ class Page:
     def __init__(self, ws: websocket.WebSocket) -> None:
         self._ws = ws
         self._next_id = 0
+        self.events: list[dict[str, Any]] = []  # what arrived while waiting for answers
+
+    def console_errors(self) -> list[dict[str, Any]]:
+        """Uncaught exceptions and console/log errors among the events so far (after
+        ``Runtime.enable`` and ``Log.enable``)."""
+        return [e for e in self.events
+                if e.get("method") == "Runtime.exceptionThrown"
+                or (e.get("method") == "Runtime.consoleAPICalled"
+                    and e["params"].get("type") in ("error", "assert"))
+                or (e.get("method") == "Log.entryAdded"
+                    and e["params"]["entry"].get("level") == "error")]
 
     def call(self, method: str, **params: Any) -> dict[str, Any]:
         self._next_id += 1
@@ -44,7 +55,9 @@ class Page:
         while True:
             message = json.loads(self._ws.recv())
             if message.get("id") != call_id:
-                continue  # an event
+                if "method" in message:
+                    self.events.append(message)
+                continue
             if "error" in message:
                 raise AssertionError(f"{method} failed: {message['error']}")
             result: dict[str, Any] = message["result"]
