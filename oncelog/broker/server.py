@@ -35,6 +35,7 @@ from oncelog.protocol.codec import (
     parse_request_header,
 )
 from oncelog.protocol.error_response import error_response
+from oncelog.security.principal import anonymous_session
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,7 @@ class Server:
             client_id=header.client_id,
             client_host=host,
             services=self.services,
+            session=anonymous_session(host),
         )
         try:
             handler_fault(header.api_key)

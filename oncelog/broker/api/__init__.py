@@ -15,8 +15,10 @@ Handlers reach the broker's services only through ``ctx.services`` (a ``BrokerCo
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from oncelog.security.principal import ANONYMOUS, Session
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -30,6 +32,8 @@ class RequestContext:
     client_id: str | None
     client_host: str
     services: BrokerContext
+    # Who sent the request (the connection's authenticated principal, its listener).
+    session: Session = field(default_factory=lambda: Session(ANONYMOUS, "?"))
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
