@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,18 +57,74 @@ def lines_of(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def wait_for_work(proc: subprocess.Popen[bytes], path: Path, log: Path, timeout: float) -> None:
-    """Until the worker has committed MIN_OK transactions, one of them with derived sends."""
-    deadline = time.monotonic() + timeout
-    while True:
-        ops = [d for d in lines_of(path) if d["type"] == "op"]
-        ok = [d for d in ops if d["outcome"] == OK]
-        if len(ok) >= MIN_OK and any(s["source"] for d in ok for s in d["sends"]):
-            return
-        assert proc.poll() is None, f"the worker exited with {proc.returncode}:\n{log.read_text()}"
-        assert time.monotonic() < deadline, (
-            f"{len(ok)} committed transactions after {timeout}s:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
+class Workload:
+    """The topics and group of one verify workload on ``bootstrap``; ``start`` runs a Java
+    worker process in slot 1 (every process of the slot shares its transactional.id)."""
+
+    def __init__(self, bootstrap: str, directory: Path) -> None:
+        self.bootstrap = bootstrap
+        self.directory = directory
+        self.classpath = build_classpath()
+        prefix = f"verify-java-{uuid.uuid4().hex[:8]}"
+        self.input, self.output, self.group = f"{prefix}-in", f"{prefix}-out", f"{prefix}-group"
+        self.transactional_id = f"{prefix}-tx-1"
+        self.started_at = time.time()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        create_topics(bootstrap, self.input, self.output)
+
+    def out(self, process: int) -> Path:
+        return self.directory / f"{process}.jsonl"
+
+    def log(self, process: int) -> str:
+        return (self.directory / f"{process}.log").read_text()
+
+    def start(self, process: int) -> subprocess.Popen[bytes]:
+        argv = java_worker.argv([
+            "--bootstrap", self.bootstrap, "--process", str(process), "--slot", "1",
+            "--seed", "7", "--input", self.input, "--output", self.output,
+            "--partitions", str(PARTITIONS), "--group", self.group,
+            "--transactional-id", self.transactional_id, "--out", str(self.out(process)),
+            "--started-at", repr(self.started_at), "--abort-ratio", "0.3",
+            "--transaction-timeout-ms", "10000",
+        ], self.classpath)
+        with open(self.directory / f"{process}.log", "wb") as stderr:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr)
+        self.procs.append(proc)
+        return proc
+
+    def ops(self, process: int) -> list[Op]:
+        return [item for item in parse_lines(self.out(process).read_text().splitlines())
+                if isinstance(item, Op)]
+
+    def wait_for_work(self, proc: subprocess.Popen[bytes], process: int, committed: int,
+                      timeout: float = 90) -> None:
+        """Until ``process`` has committed that many transactions, one with derived sends."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ops = [d for d in lines_of(self.out(process)) if d["type"] == "op"]
+            ok = [d for d in ops if d["outcome"] == OK]
+            if len(ok) >= committed and any(s["source"] for d in ok for s in d["sends"]):
+                return
+            assert proc.poll() is None, (
+                f"worker {process} exited with {proc.returncode}:\n{self.log(process)}")
+            assert time.monotonic() < deadline, (
+                f"{len(ok)} committed transactions after {timeout}s:\n{self.log(process)[-3000:]}")
+            time.sleep(0.2)
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def workload(broker: BrokerProcess, tmp_path: Path) -> Iterator[Workload]:
+    started = Workload(broker.bootstrap, tmp_path)
+    try:
+        yield started
+    finally:
+        started.kill_all()
 
 
 def final_read(bootstrap: str, topics: list[str]) -> dict[str, list[tuple[int, str]]]:
@@ -119,33 +176,15 @@ def test_classpath_names_make_reference_when_the_harness_is_missing(
         "java", "-cp", "/x.jar", "oncelog.harness.VerifyWorker", "work", "--seed", "1"]
 
 
-def test_java_worker_runs_the_verify_workload_exactly_once(
-        broker: BrokerProcess, tmp_path: Path) -> None:
-    classpath = build_classpath()
-    prefix = f"verify-java-{uuid.uuid4().hex[:8]}"
-    input_topic, output_topic, group = f"{prefix}-in", f"{prefix}-out", f"{prefix}-group"
-    create_topics(broker.bootstrap, input_topic, output_topic)
-    out, log = tmp_path / "1000.jsonl", tmp_path / "worker.log"
-    argv = java_worker.argv([
-        "--bootstrap", broker.bootstrap, "--process", "1000", "--slot", "1", "--seed", "7",
-        "--input", input_topic, "--output", output_topic, "--partitions", str(PARTITIONS),
-        "--group", group, "--transactional-id", f"{prefix}-tx-1", "--out", str(out),
-        "--started-at", repr(time.time()), "--abort-ratio", "0.3",
-        "--transaction-timeout-ms", "10000",
-    ], classpath)
-    with open(log, "wb") as stderr:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr)
-    try:
-        wait_for_work(proc, out, log, timeout=90)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+def test_java_worker_runs_the_verify_workload_exactly_once(workload: Workload) -> None:
+    proc = workload.start(1000)
+    workload.wait_for_work(proc, 1000, MIN_OK)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, workload.log(1000)
 
-    raw = lines_of(out)
-    ops = [item for item in parse_lines(out.read_text().splitlines()) if isinstance(item, Op)]
+    raw = lines_of(workload.out(1000))
+    ops = workload.ops(1000)
+    group, input_topic, output_topic = workload.group, workload.input, workload.output
     invokes = [d for d in raw if d["type"] == "invoke"]
     # An invoke line is an op line as known before the first send: the same fields.
     assert [d["seq"] for d in invokes] == [op.seq for op in ops]
@@ -167,7 +206,7 @@ def test_java_worker_runs_the_verify_workload_exactly_once(
     derived = [s for op in committed_ops for s in op.sends if s.source is not None]
     assert derived and all(s.value == f"{DERIVED_PREFIX}{s.source}" for s in derived)
 
-    reads = final_read(broker.bootstrap, [input_topic, output_topic])
+    reads = final_read(workload.bootstrap, [input_topic, output_topic])
     visible = Counter(value for records in reads.values() for _, value in records)
     written = {s.value for op in committed_ops for s in op.sends}
     # Fresh values are unique; a derived "x:v" of an aborted transaction is made again
@@ -181,7 +220,7 @@ def test_java_worker_runs_the_verify_workload_exactly_once(
     # Each input record was transformed at most once, and exactly once below the group's
     # committed offset (consume-transform-produce with sendOffsetsToTransaction).
     assert max(visible.values()) == 1, [v for v, n in visible.items() if n > 1]
-    committed = committed_offsets(broker.bootstrap, group, input_topic)
+    committed = committed_offsets(workload.bootstrap, group, input_topic)
     expected_committed: dict[str, int] = {}
     for op in committed_ops:
         for tp, offset in op.offsets.items():
@@ -192,3 +231,29 @@ def test_java_worker_runs_the_verify_workload_exactly_once(
         for offset, value in reads[tp_key(input_topic, p)]:
             transformed = visible[DERIVED_PREFIX + value]
             assert transformed == (1 if offset < below else 0), (p, offset, value, below)
+
+
+def test_a_fenced_java_worker_exits_without_fencing_its_successor(workload: Workload) -> None:
+    """A restarted slot's new process fences the old one (same transactional.id): the old
+    one must end its transaction, exit non-zero, and never make a new producer (which would
+    fence the new process in turn); the new one carries on."""
+    old = workload.start(1000)
+    workload.wait_for_work(old, 1000, 5)
+    new = workload.start(1001)
+    assert old.wait(60) == 3, workload.log(1000)
+    old_ops = workload.ops(1000)
+    assert {op.producer_session for op in old_ops} == {0}, workload.log(1000)
+    assert old_ops[-1].outcome in (FAIL, UNKNOWN)
+    assert "ProducerFencedException" in (old_ops[-1].error or ""), old_ops[-1]
+    workload.wait_for_work(new, 1001, 5)
+    new.send_signal(signal.SIGTERM)
+    assert new.wait(60) == 0, workload.log(1001)
+    assert {op.producer_session for op in workload.ops(1001)} == {0}, workload.log(1001)
+
+    ops = old_ops + workload.ops(1001)
+    visible = Counter(v for records in final_read(workload.bootstrap, [
+        workload.input, workload.output]).values() for _, v in records)
+    assert {s.value for op in ops if op.outcome == OK for s in op.sends} <= set(visible)
+    assert not {s.value for op in ops if op.outcome == FAIL for s in op.sends
+                if s.source is None} & set(visible)
+    assert max(visible.values()) == 1

@@ -320,7 +320,16 @@ public final class VerifyWorker {
                 return false;
             }
             log("transaction " + op.get("seq") + " failed: " + describe(cause));
-            if ((committing && cause instanceof TimeoutException) || !abortQuietly()) {
+            Throwable abortError = abortQuietly();
+            if (abortError != null && fatal(abortError)) {
+                // Fenced while aborting: a newer incarnation owns the transactional id, and a
+                // new producer here would fence it in turn.
+                log("transaction " + op.get("seq") + ": fatal " + describe(abortError));
+                op.put("error", describe(cause) + "; then abortTransaction: " + describe(abortError));
+                finish(op, futures);
+                return false;
+            }
+            if ((committing && cause instanceof TimeoutException) || abortError != null) {
                 // A commit that timed out, or an abort that failed, leaves the transaction's
                 // end to a new producer: its initTransactions completes or aborts it.
                 finish(op, futures);
@@ -362,13 +371,14 @@ public final class VerifyWorker {
         write("op", op);
     }
 
-    private boolean abortQuietly() {
+    /** Abort the current transaction; the error when that failed, else null. */
+    private Throwable abortQuietly() {
         try {
             producer.abortTransaction();
-            return true;
+            return null;
         } catch (Exception e) {
             log("abortTransaction failed: " + describe(cause(e)));
-            return false;
+            return cause(e);
         }
     }
 
