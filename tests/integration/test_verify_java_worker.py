@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from tests.support.broker import BrokerProcess
 
+from oncelog.harness.broker import BrokerProcess
 from oncelog.verify import java_worker
 from oncelog.verify.history import DERIVED_PREFIX, FAIL, OK, UNKNOWN, Op, parse_lines, tp_key
 
