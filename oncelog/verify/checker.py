@@ -246,41 +246,45 @@ def _totals(history: History) -> dict[str, object]:
 
 # ---- one value, one offset ------------------------------------------------------------
 
-def _observations(idx: _Index) -> Iterator[tuple[str, int, str, int | None]]:
-    """Every (tp, offset, value, operation or None for the final read) any part saw."""
+def _observations(idx: _Index) -> Iterator[tuple[str, int, str, int | None, bool]]:
+    """Every (tp, offset, value, operation or None for the final read, committed) any part
+    saw; ``committed`` is false for a send of a transaction not known to have committed."""
+    committed = {pos for pos, _ in idx.committed_ops()}
     for pos, op in enumerate(idx.ops):
         for send in op.sends:
             offset = _offset(send)
             if offset is not None:
-                yield send.tp, offset, send.value, pos
+                yield send.tp, offset, send.value, pos, pos in committed
     for pos, tp, offset, value in idx.polled_records():
-        yield tp, offset, value, pos
+        yield tp, offset, value, pos, True
     for tp, offset, value in idx.final_records():
-        yield tp, offset, value, None
+        yield tp, offset, value, None, True
 
 
 def _offset_conflicts(idx: _Index) -> Iterator[Anomaly]:
-    """duplicate: one value at two offsets of a partition; inconsistent-offset: one offset
-    with two values. A first pass keeps one value per offset and one offset per value and
+    """duplicate: one value at two offsets of a partition (sends of transactions not known
+    to have committed left out: an aborted transaction and its retry both send ``x:v``);
+    inconsistent-offset: one offset with two values (every delivery counts: an aborted
+    record keeps its offset). A first pass keeps one value per offset and one offset per value and
     notes conflicts; a second one gathers the witnesses of the (rare) conflicts only."""
     value_at: dict[tuple[str, int], str] = {}
     offset_of: dict[tuple[str, str], int] = {}
     bad_offsets: set[tuple[str, int]] = set()
     bad_values: set[tuple[str, str]] = set()
-    for tp, offset, value, _ in _observations(idx):
+    for tp, offset, value, _, committed in _observations(idx):
         if value_at.setdefault((tp, offset), value) != value:
             bad_offsets.add((tp, offset))
-        if offset_of.setdefault((tp, value), offset) != offset:
+        if committed and offset_of.setdefault((tp, value), offset) != offset:
             bad_values.add((tp, value))
     if not bad_offsets and not bad_values:
         return
     at: dict[tuple[str, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     where: dict[tuple[str, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for tp, offset, value, pos in _observations(idx):
+    for tp, offset, value, pos, committed in _observations(idx):
         witnesses = [] if pos is None else [pos]
         if (tp, offset) in bad_offsets:
             at[(tp, offset)][value].extend(witnesses)
-        if (tp, value) in bad_values:
+        if committed and (tp, value) in bad_values:
             where[(tp, value)][offset].extend(witnesses)
     for (tp, value), offsets in sorted(where.items()):
         positions = [pos for w in offsets.values() for pos in w]
