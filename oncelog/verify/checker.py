@@ -502,14 +502,12 @@ def _cycles(idx: _Index) -> Iterator[Anomaly]:
                 a, b = ops[before[0]], ops[writer]
                 ordered = a.outcome == OK and a.complete is not None and a.complete < b.invoke
                 graph.add(before[0], writer, WW_REALTIME if ordered else WW,
-                          f"{a.name} wrote {before[2]!r} at {tp}@{before[1]}, "
-                          f"next in the log is {b.name}'s {value!r}@{offset}")
+                          (tp, before[1], before[2], offset, value))
             before = (writer, offset, value)
     for pos, tp, offset, value in idx.polled_records():
         writer = idx.writer_of(tp, offset, value)
         if writer is not None:
-            graph.add(writer, pos, WR, f"{ops[pos].name} polled {ops[writer].name}'s "
-                      f"{value!r} at {tp}@{offset}")
+            graph.add(writer, pos, WR, (tp, offset, value))
     g0 = graph.search(frozenset({WW, WW_REALTIME}), None, MAX_EXAMPLES)
     g1c = graph.search(frozenset({WW_REALTIME, WR}), WR, MAX_EXAMPLES)
     for kind, search in (("G1c", g1c), ("G0", g0)):
@@ -523,5 +521,15 @@ def _cycles(idx: _Index) -> Iterator[Anomaly]:
 def _cycle(idx: _Index, kind: str, steps: list[Step]) -> Anomaly:
     names = " -> ".join([idx.ops[step.src].name for step in steps] +
                         [idx.ops[steps[0].src].name])
-    whys = "; ".join(f"{step.kind}: {step.why}" for step in steps[:8])
+    whys = "; ".join(f"{step.kind}: {_why(idx, step)}" for step in steps[:8])
     return idx.anomaly(kind, f"cycle {names} ({whys})", [step.src for step in steps])
+
+
+def _why(idx: _Index, step: Step) -> str:
+    a, b = idx.ops[step.src].name, idx.ops[step.dst].name
+    if step.kind == WR:
+        tp, offset, value = step.evidence
+        return f"{b} polled {a}'s {value!r} at {tp}@{offset}"
+    tp, offset, value, next_offset, next_value = step.evidence
+    return (f"{a} wrote {value!r} at {tp}@{offset}, next in the log is {b}'s "
+            f"{next_value!r}@{next_offset}")
