@@ -228,6 +228,7 @@ def test_examples_are_capped_but_counted() -> None:
     results = check(history(ops, {OUT0: [(i, f"1.{i}.0") for i in range(n)]}))
     assert len(results.anomalies["aborted-read"]) == MAX_EXAMPLES
     assert results.totals["anomaly_counts"] == {"aborted-read": n}
+    assert results.counts() == {"aborted-read": n}
 
 
 def test_an_aborted_transform_and_its_retry_are_no_duplicate() -> None:
