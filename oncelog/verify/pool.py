@@ -21,6 +21,8 @@ log = logging.getLogger("oncelog.verify.pool")
 
 RESTART_BACKOFF_S = 1.0
 MONITOR_INTERVAL_S = 0.2
+CRASH_WAIT_S = 5.0
+CRASH_POLL_S = 0.005
 
 # Given (slot, process number, output file): the argv of that worker.
 ArgvFor = Callable[[int, int, Path], list[str]]
@@ -116,16 +118,23 @@ class WorkerPool:
                     self._start(slot)
 
     def crash_one(self, rng: random.Random) -> str | None:
-        with self._lock:
-            running = [w for w in self._current.values() if w.proc.poll() is None]
-            if not running or self._stopping.is_set():
-                return None
-            inside = [w for w in running if last_line_type(w.out) == "invoke"]
-            victim = rng.choice(inside or running)
-            victim.proc.kill()
-            self.crashed.append(victim.process)
-            log.info("crashed %s (inside a transaction: %s)", victim.name, bool(inside))
-            return victim.name
+        """kill -9 a worker inside a transaction (its last line an ``invoke``), watching
+        for one for up to ``CRASH_WAIT_S``; else any running worker."""
+        deadline = time.monotonic() + CRASH_WAIT_S
+        while True:
+            with self._lock:
+                running = [w for w in self._current.values() if w.proc.poll() is None]
+                if not running or self._stopping.is_set():
+                    return None
+                inside = [w for w in running if last_line_type(w.out) == "invoke"]
+                if inside or time.monotonic() > deadline:
+                    victim = rng.choice(inside or running)
+                    victim.proc.kill()
+                    self.crashed.append(victim.process)
+                    log.info("crashed %s (inside a transaction: %s)", victim.name,
+                             bool(inside))
+                    return victim.name
+            self._stopping.wait(CRASH_POLL_S)
 
     def stop(self, grace_s: float) -> None:
         """SIGTERM every worker (each ends its current transaction), wait up to ``grace_s``,
