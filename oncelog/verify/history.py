@@ -132,6 +132,7 @@ class RunInfo:
     partitions: int
     group: str
     broker: str = "oncelog"  # oncelog, kafka, tansu, or what the user says
+    command: str = ""  # the command line that started the run (shown by the report)
 
 
 @dataclass
