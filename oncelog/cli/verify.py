@@ -18,6 +18,7 @@ import importlib
 import logging
 import random
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,8 @@ def _verify(args: argparse.Namespace) -> int:
         report_dir=report, duration_s=args.duration, seed=seed, clients=args.clients,
         concurrency=args.concurrency, partitions=args.partitions, faults=args.faults or [],
         broker_name=args.broker_name or ("oncelog" if args.spawn else "external"),
-        java_classpath=args.java_classpath)
+        java_classpath=args.java_classpath,
+        command=shlex.join(["oncelog", *sys.argv[1:]]))
     deployment: Any
     factory: InjectorFactory | None = None
     if args.bootstrap_server:

@@ -39,7 +39,6 @@ from oncelog.verify.history import (
     RunInfo,
     op_from_dict,
     parse_lines,
-    results_json,
     write_history,
 )
 from oncelog.verify.pool import WorkerPool
@@ -69,6 +68,7 @@ class VerifyOptions:
     abort_ratio: float = 0.1
     transaction_timeout_ms: int = 10000
     stop_grace_s: float = 20.0
+    command: str = ""  # the command line, shown by the report
 
 
 @dataclass
@@ -152,7 +152,7 @@ class _Run:
             clients=list(options.clients), faults=list(options.faults),
             input_topic=f"{prefix}-in", output_topic=f"{prefix}-out",
             partitions=options.partitions, group=f"{prefix}-group",
-            broker=options.broker_name)
+            broker=options.broker_name, command=options.command)
         self.prefix = prefix
         self.faults: list[Fault] = []
         self._faults_lock = threading.Lock()
@@ -237,8 +237,6 @@ def run(options: VerifyOptions, deployment: Deployment,
     history = History(r.info, ops, sorted(r.faults, key=lambda f: f.start), final)
     write_history(r.dir / "history.jsonl", history)
     results = check(history)
-    with open(r.dir / "results.json", "w") as out:
-        json.dump(results_json(results), out, indent=1)
-    write_report(r.dir, history, results)
+    write_report(r.dir, history, results)  # report.html and results.json
     log.info("run %s: %s, %d ops", r.prefix, "valid" if results.valid else "INVALID", len(ops))
     return results

@@ -21,6 +21,7 @@ from oncelog.verify.history import (
     RunInfo,
     read_history,
     tp_key,
+    write_history,
 )
 from oncelog.verify.runner import ExternalDeployment, VerifyOptions, run
 from tests.support.broker import BrokerProcess
