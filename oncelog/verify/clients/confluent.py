@@ -47,7 +47,7 @@ class ConfluentTxnClient:
         self.consumer = Consumer({
             "bootstrap.servers": settings.bootstrap, "group.id": settings.group,
             "isolation.level": "read_committed", "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000,
             "fetch.wait.max.ms": 100, "socket.timeout.ms": 5000,
             "reconnect.backoff.max.ms": 1000,

@@ -46,7 +46,7 @@ class OncelogTxnClient:
         self.consumer = Consumer({
             **common, "group.id": settings.group, "isolation.level": "read_committed",
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "max.poll.records": 20, "session.timeout.ms": 10000,
+            "max.poll.records": 20, "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000,
             "fetch.max.wait.ms": 100,
         })
