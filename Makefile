@@ -55,7 +55,7 @@ browser:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
 
 # Debian's etcd (package etcd-server, /usr/bin/etcd) for the cluster tests (tests/cluster:
-# tests/support/etcd.py starts one per test module as the metadata store). Installed only
+# oncelog/harness/etcd.py starts one per test module as the metadata store). Installed only
 # when missing, like chromium; `make serve` (one node) never needs it.
 etcd:
 	@test -x /usr/bin/etcd || { \

@@ -1,7 +1,7 @@
 """Starting the brokers under test on loopback: oncelog (optionally profiled), Tansu and
 Apache Kafka 4.4 (the reference broker of tests/support/kafka.py, one KRaft node), and the
 three-broker clusters of issue 14: ``oncelog-cluster3`` (etcd and three ``oncelog serve``,
-tests/support/cluster.py's ClusterProcess) and ``kafka-cluster3`` (three Kafka 4.4 KRaft
+oncelog/harness/cluster.py's ClusterProcess) and ``kafka-cluster3`` (three Kafka 4.4 KRaft
 nodes, each broker and controller, a static quorum of the three).
 
 Broker CPU is the sum over a run's broker processes (``Running.servers``); processes the
@@ -27,11 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.broker import BrokerProcess
-from tests.support.cluster import ClusterProcess
+from oncelog.harness.broker import BrokerProcess
+from oncelog.harness.cluster import ClusterProcess
+from oncelog.harness.net import LOOPBACK, free_port
+from oncelog.harness.process import ServerProcess
 from tests.support.kafka import KafkaProcess
-from tests.support.net import LOOPBACK, free_port
-from tests.support.process import ServerProcess
 from tests.support.tansu import TansuProcess
 
 logger = logging.getLogger(__name__)

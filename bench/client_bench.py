@@ -441,7 +441,7 @@ def main() -> int:
     if args.bootstrap:
         bootstrap = args.bootstrap
     else:
-        from tests.support.broker import BrokerProcess
+        from oncelog.harness.broker import BrokerProcess
 
         tmp = Path(tempfile.mkdtemp(prefix="client-bench-"))
         broker = BrokerProcess(tmp / "data", log_level="WARNING", stop_timeout=120.0)

@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from oncelog.coordinator.transaction import transaction_log_partition  # noqa: E402
+from oncelog.harness.cluster import ClusterProcess, MetadataView  # noqa: E402
 from oncelog.internal_topics import TRANSACTION_STATE_TOPIC  # noqa: E402
-from tests.support.cluster import ClusterProcess, MetadataView  # noqa: E402
 from tests.support.replicated import (  # noqa: E402
     PAUSE_TOLERANT_PRODUCER,
     REPLICATION_CONFIGS,

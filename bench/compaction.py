@@ -33,11 +33,11 @@ from bench.run import cpu_seconds
 from oncelog.client import Admin, NewTopic, OffsetAndMetadata, Producer, TopicPartition
 from oncelog.clock import SystemClock
 from oncelog.config import LogConfig
+from oncelog.harness.broker import BrokerProcess
 from oncelog.records.batch import parse_header
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.storage.cleaner_run import clean_now
 from oncelog.storage.unified_log import UnifiedLog
-from tests.support.broker import BrokerProcess
 
 IDS = 4
 INTERNAL = ("__transaction_state", "__consumer_offsets")

@@ -495,7 +495,7 @@ def write_report(
         "Kafka: Apache Kafka 4.4 as one KRaft broker+controller with Kafka's defaults and a",
         "new log dir, see docs/reference-kafka.md and the JVM settings above).",
         *(["oncelog-3: etcd and three `oncelog serve` (node ids 1-3, log level WARNING,",
-           f"{json.dumps(brokers.ONCELOG_CLUSTER_CONFIGS)}), tests/support/cluster.py's",
+           f"{json.dumps(brokers.ONCELOG_CLUSTER_CONFIGS)}), oncelog/harness/cluster.py's",
            "ClusterProcess, each with its own data dir; its CPU is the sum over the three",
            "brokers, etcd's is listed apart."] if "oncelog-cluster3" in broker_names else []),
         *(["Kafka-3: three Kafka 4.4 KRaft nodes, each broker and controller (a static quorum",
@@ -611,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
 
         info["Kafka"] = describe_kafka()
     if "oncelog-cluster3" in broker_names:
-        from tests.support.etcd import etcd_binary
+        from oncelog.harness.etcd import etcd_binary
 
         info["etcd"] = machine._run(etcd_binary(), "--version").splitlines()[0]
     report = write_report(args, argv, outcomes, broker_names, scenarios, info, out_dir)

@@ -35,7 +35,7 @@ if str(REPO) not in sys.path:
 from examples.payments.generate import create_topics, generate  # noqa: E402
 from examples.payments.pipeline import build_spark, start_query  # noqa: E402
 from examples.payments.verify import read_topic  # noqa: E402
-from tests.support.broker import BrokerProcess  # noqa: E402
+from oncelog.harness.broker import BrokerProcess  # noqa: E402
 
 MODES = ("exactly_once", "at_least_once")
 

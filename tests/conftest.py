@@ -7,7 +7,7 @@
 - ``kafka_factory(**kwargs)`` / ``kafka_broker``: Apache Kafka 4.4 as a reference broker
   (``KafkaProcess``, tests/support/kafka.py). Without Java or the cache (``make reference``)
   they fail with a message saying so: they never skip.
-- ``etcd``: one etcd for the test module (tests/support/etcd.py); tests keep apart by key
+- ``etcd``: one etcd for the test module (oncelog/harness/etcd.py); tests keep apart by key
   prefix (``unique_prefix()``). Fails, never skips, without etcd (``make etcd``).
 - ``kafkajs_admin(bootstrap, operations)``: KafkaJS's admin client through
   tests/js/admin_runner.js (tests/support/kafkajs.py); fails, never skips, without node or
@@ -33,9 +33,10 @@ _REPO_ROOT = str(Path(__file__).resolve().parents[1])
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from tests.support.broker import BrokerProcess  # noqa: E402
-from tests.support.etcd import EtcdMissing, EtcdProcess, start_etcd  # noqa: E402
-from tests.support.fault_proxy import FaultProxy  # noqa: E402
+from oncelog.harness.broker import BrokerProcess  # noqa: E402
+from oncelog.harness.etcd import EtcdMissing, EtcdProcess, start_etcd  # noqa: E402
+from oncelog.harness.fault_proxy import FaultProxy  # noqa: E402
+from oncelog.harness.net import free_port  # noqa: E402
 from tests.support.kafka import (  # noqa: E402
     KafkaFactory,
     KafkaProcess,
@@ -46,7 +47,6 @@ from tests.support.kafkajs import KafkaJSAdmin, KafkaJSMissing  # noqa: E402
 from tests.support.kafkajs import node_binary as kafkajs_node  # noqa: E402
 from tests.support.kafkajs import run_admin as kafkajs_run_admin  # noqa: E402
 from tests.support.names import unique_topic  # noqa: E402
-from tests.support.net import free_port  # noqa: E402
 
 __all__ = ["unique_topic"]
 

@@ -1,5 +1,5 @@
-"""Fixtures for cluster tests: ``network``, a fresh ``Network`` (tests/support/netns.py);
-``cluster`` / ``cluster_factory``, etcd plus N brokers (tests/support/cluster.py);
+"""Fixtures for cluster tests: ``network``, a fresh ``Network`` (oncelog/harness/netns.py);
+``cluster`` / ``cluster_factory``, etcd plus N brokers (oncelog/harness/cluster.py);
 ``netns_cluster_factory``, the same with etcd and each broker in its own host of
 ``network`` (for network partitions between them).
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker import ConfigValue
-from tests.support.cluster import ClusterProcess
-from tests.support.etcd import EtcdProcess
-from tests.support.netns import Network
+from oncelog.harness.broker import ConfigValue
+from oncelog.harness.cluster import ClusterProcess
+from oncelog.harness.etcd import EtcdProcess
+from oncelog.harness.netns import Network
 from tests.support.replicated import NumberedStream
 
 

@@ -16,8 +16,8 @@ from oncelog.broker.cluster_view import coordinator_partition
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import Message
+from oncelog.harness.cluster import ClusterProcess, MetadataView
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from tests.support.cluster import ClusterProcess, MetadataView
 from tests.support.names import unique_name
 
 ClusterFactory = Callable[..., ClusterProcess]

@@ -20,9 +20,9 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from oncelog.cluster.controller_decisions import ElectionType
 from oncelog.errors import ErrorCode
-from tests.support.broker import REPO_ROOT
-from tests.support.cluster import ClusterProcess, MetadataView
-from tests.support.rawkafka import request_once
+from oncelog.harness.broker import REPO_ROOT
+from oncelog.harness.cluster import ClusterProcess, MetadataView
+from oncelog.harness.rawkafka import request_once
 
 ClusterFactory = Callable[..., ClusterProcess]
 TOPIC = "elect"

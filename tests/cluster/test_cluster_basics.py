@@ -13,9 +13,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.broker import REPO_ROOT, BrokerProcess
-from tests.support.cluster import ClusterProcess, MetadataView
-from tests.support.process import ServerStartError
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.cluster import ClusterProcess, MetadataView
+from oncelog.harness.process import ServerStartError
 
 TOPIC = "orders"
 

@@ -23,9 +23,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.errors import ErrorCode
+from oncelog.harness.cluster import ClusterProcess
+from oncelog.harness.rawkafka import RawConnection, produce
 from oncelog.records.codec import RecordInput, encode_batch
-from tests.support.cluster import ClusterProcess
-from tests.support.rawkafka import RawConnection, produce
 from tests.support.replicated import (
     PAUSE_TOLERANT_PRODUCER,
     REPLICATION_CONFIGS,

@@ -23,8 +23,8 @@ from oncelog.cluster.metadata import (
 )
 from oncelog.cluster.metadata_store import EtcdMetadataStore
 from oncelog.errors import ErrorCode
+from oncelog.harness.etcd import EtcdProcess, unique_prefix
 from oncelog.internal_topics import TRANSACTION_STATE_TOPIC, InternalTopicSpec
-from tests.support.etcd import EtcdProcess, unique_prefix
 
 DEADLINE_S = 20.0
 SETTINGS = ControllerSettings(

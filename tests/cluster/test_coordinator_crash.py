@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncelog.client import Admin
 from oncelog.client import Producer as OncelogProducer
 from oncelog.coordinator.transaction import transaction_log_partition
+from oncelog.harness.cluster import ClusterProcess, MetadataView
 from oncelog.internal_topics import TRANSACTION_STATE_TOPIC
-from tests.support.cluster import ClusterProcess, MetadataView
 
 ClusterFactory = Callable[..., ClusterProcess]
 

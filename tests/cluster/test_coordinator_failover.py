@@ -10,8 +10,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.coordinator.transaction import transaction_log_partition
+from oncelog.harness.cluster import ClusterProcess, MetadataView
 from oncelog.internal_topics import TRANSACTION_STATE_TOPIC
-from tests.support.cluster import ClusterProcess, MetadataView
 
 TOPIC = "payments"
 TXN_ID = "coordmove-1"

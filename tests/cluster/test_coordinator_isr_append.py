@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncelog.harness.cluster import ClusterProcess, MetadataView
 from oncelog.internal_topics import TRANSACTION_STATE_TOPIC
-from tests.support.cluster import ClusterProcess, MetadataView
 from tests.support.replicated import in_sync, read_all
 
 TOPIC = "payments"

@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.coordinator.group import codec
 from oncelog.coordinator.transaction import transaction_log_partition
+from oncelog.harness.cluster import ClusterProcess
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from tests.support.cluster import ClusterProcess
 from tests.support.replicated import in_sync
 
 ClusterFactory = Callable[..., ClusterProcess]

@@ -21,9 +21,9 @@ from kio.static.primitive import i32, i64
 
 from oncelog.client import Admin
 from oncelog.errors import ErrorCode
+from oncelog.harness.cluster import ClusterProcess
+from oncelog.harness.rawkafka import RawConnection
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from tests.support.cluster import ClusterProcess
-from tests.support.rawkafka import RawConnection
 from tests.support.replicated import in_sync, read_all
 
 TOPIC = "held"

@@ -11,7 +11,7 @@ from test_metadata_store import broker, make_store, topic
 from oncelog.broker.cluster.metadata_cache import MetadataCache
 from oncelog.cluster.metadata import MetadataEvent, MetadataImage, PartitionState
 from oncelog.cluster.metadata_store import EtcdMetadataStore
-from tests.support.etcd import EtcdProcess, start_etcd, unique_prefix
+from oncelog.harness.etcd import EtcdProcess, start_etcd, unique_prefix
 
 DEADLINE_S = 20.0
 

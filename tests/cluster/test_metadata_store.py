@@ -22,7 +22,7 @@ from oncelog.cluster.metadata import (
     TopicAssignment,
 )
 from oncelog.cluster.metadata_store import EtcdMetadataStore
-from tests.support.etcd import EtcdProcess, unique_prefix
+from oncelog.harness.etcd import EtcdProcess, unique_prefix
 
 DEADLINE_S = 20.0
 
@@ -334,7 +334,7 @@ def test_watched_events_rebuild_a_fresh_load(etcd: EtcdProcess) -> None:
 
 def test_unreachable_etcd_names_the_endpoint() -> None:
     async def scenario() -> None:
-        from tests.support.net import free_port
+        from oncelog.harness.net import free_port
 
         port = free_port()
         store = EtcdMetadataStore([("127.0.0.1", port)], session_timeout_ms=1000)

@@ -1,4 +1,4 @@
-"""The network-namespace helper (tests/support/netns.py): reachability, cuts, heal,
+"""The network-namespace helper (oncelog/harness/netns.py): reachability, cuts, heal,
 isolate, teardown, two networks side by side, stale clean-up, processes inside a host.
 
 Echo servers run inside hosts (``Network.run``); the test probes from other hosts with
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.support import netns
-from tests.support.broker import REPO_ROOT
-from tests.support.netns import NETNS_DIR, NetnsUnavailable, Network
+from oncelog.harness import netns
+from oncelog.harness.broker import REPO_ROOT
+from oncelog.harness.netns import NETNS_DIR, NetnsUnavailable, Network
 
 ECHO_PORT = 7007
 # A line echo server: the first argument is the address to listen on.

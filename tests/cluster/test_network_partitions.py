@@ -1,7 +1,7 @@
 """Network partitions between the brokers of a 3-broker cluster, and between a broker and
 etcd: etcd and every broker run in their own network namespace (``netns_cluster_factory``),
 the test talks to them from host ``client``, which no fault touches, and cuts links with
-``Network.cut`` / ``isolate`` (tests/support/netns.py).
+``Network.cut`` / ``isolate`` (oncelog/harness/netns.py).
 
 - A leader cut from its followers but not from etcd shrinks its ISR to itself, then refuses
   acks=all with NOT_ENOUGH_REPLICAS (min.insync.replicas=2): it acknowledges nothing only it
@@ -33,10 +33,10 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 from oncelog.cluster.metadata import MetadataImage
 from oncelog.cluster.metadata_store import EtcdMetadataStore, parse_endpoints
 from oncelog.errors import ErrorCode
+from oncelog.harness.cluster import CLIENT_HOST, ETCD_HOST, ClusterProcess
+from oncelog.harness.netns import Network
+from oncelog.harness.rawkafka import RawConnection
 from oncelog.records.codec import RecordInput, encode_batch
-from tests.support.cluster import CLIENT_HOST, ETCD_HOST, ClusterProcess
-from tests.support.netns import Network
-from tests.support.rawkafka import RawConnection
 from tests.support.replicated import create_topic, in_sync, read_all
 
 pytestmark = pytest.mark.integration

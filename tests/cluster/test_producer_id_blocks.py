@@ -9,7 +9,7 @@ from test_metadata_store import make_store
 
 from oncelog.broker.cluster.producer_ids import ClusterProducerIdManager
 from oncelog.errors import ErrorCode, KafkaError
-from tests.support.etcd import EtcdProcess, unique_prefix
+from oncelog.harness.etcd import EtcdProcess, unique_prefix
 
 
 async def take_ids(manager: ClusterProducerIdManager, count: int) -> list[int]:

@@ -16,9 +16,9 @@ from kio.schema.find_coordinator.v4 import request as fc
 from kio.static.primitive import i8
 
 from oncelog.client import Producer as OncelogProducer
-from tests.support.cluster import ClusterProcess, MetadataView
+from oncelog.harness.cluster import ClusterProcess, MetadataView
+from oncelog.harness.rawkafka import request_once
 from tests.support.kafka import JavaClient, Json
-from tests.support.rawkafka import request_once
 from tests.support.replicated import (
     REPLICATION_CONFIGS,
     NumberedStream,

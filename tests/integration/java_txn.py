@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import ReferenceKafkaMissing, harness_argv, require_reference, run_harness
 
 

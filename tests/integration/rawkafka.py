@@ -1,6 +1,6 @@
-"""The raw Kafka connection helpers now live in tests/support/rawkafka.py (cluster tests use
+"""The raw Kafka connection helpers now live in oncelog/harness/rawkafka.py (cluster tests use
 them too); integration tests keep importing them as ``rawkafka``."""
 
-from tests.support.rawkafka import RawConnection, produce, request_once
+from oncelog.harness.rawkafka import RawConnection, produce, request_once
 
 __all__ = ["RawConnection", "produce", "request_once"]

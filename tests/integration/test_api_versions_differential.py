@@ -11,8 +11,8 @@ from __future__ import annotations
 from kio.schema.api_versions.v3 import request as av
 from rawkafka import request_once
 
+from oncelog.harness.broker import BrokerProcess
 from tests.conftest import KafkaFactory
-from tests.support.broker import BrokerProcess
 
 # api key -> the highest version oncelog serves that Kafka 4.4 marks unstable
 UNSTABLE_IN_KAFKA = {22: 6}

@@ -16,9 +16,9 @@ from kio.static.primitive import i16, i32, i32Timedelta
 from rawkafka import RawConnection
 from test_protocol_errors import produce as produce_records
 
+from oncelog.harness.broker import REPO_ROOT
 from oncelog.records.codec import RecordInput, encode_batch
 from tests.conftest import BrokerFactory
-from tests.support.broker import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

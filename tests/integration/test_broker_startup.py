@@ -15,9 +15,9 @@ from kio.schema.api_versions.v3 import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from rawkafka import RawConnection
 
+from oncelog.harness.broker import READY, REPO_ROOT, default_argv_prefix
+from oncelog.harness.net import free_port
 from tests.conftest import BrokerFactory
-from tests.support.broker import READY, REPO_ROOT, default_argv_prefix
-from tests.support.net import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import oncelog
 from oncelog.cli.main import build_parser
 from oncelog.client import Admin, Producer
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.cli import oncelog_cli
 from tests.support.names import unique_topic
 

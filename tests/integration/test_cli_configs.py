@@ -11,7 +11,7 @@ from test_cli_txn import run_cli
 from oncelog.cli.common import CommandError
 from oncelog.cli.configs import parse_add_config
 from oncelog.client import Admin, NewTopic
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 
 
 def configs_cli(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from oncelog.client import Admin, Producer
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
 from tests.support.cli import ok
 from tests.support.cli import oncelog_cli as cli
 from tests.support.names import unique_name, unique_topic

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from oncelog.client import Admin, Producer
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
 from tests.support.names import unique_name, unique_topic
 
 

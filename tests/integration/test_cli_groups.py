@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.cli import ok
 from tests.support.cli import oncelog_cli as cli
 from tests.support.names import unique_name, unique_topic

@@ -15,9 +15,9 @@ import pytest
 
 from oncelog.cli.metrics import Metric, parse
 from oncelog.client import Admin, Producer
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.net import free_port, wait_for_port
 from tests.support.names import unique_name, unique_topic
-from tests.support.net import free_port, wait_for_port
 
 BrokerFactory = Callable[..., BrokerProcess]
 

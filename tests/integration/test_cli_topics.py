@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 
 from oncelog.client import Admin, Producer
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.net import free_port, wait_for_port
 from tests.support.names import unique_topic
-from tests.support.net import free_port, wait_for_port
 
 
 def topics_cli(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:

@@ -21,10 +21,10 @@ from oncelog.client.errors import UnknownTopicOrPartitionError
 from oncelog.client.types import Message
 from oncelog.client.wire import nested, request
 from oncelog.errors import ErrorCode
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.net import free_port
 from oncelog.protocol import versions as api
-from tests.support.broker import REPO_ROOT, BrokerProcess
 from tests.support.names import unique_name, unique_topic
-from tests.support.net import free_port
 
 BrokerFactory = Callable[..., BrokerProcess]
 TWO_PC = {"transaction.two.phase.commit.enable": True}

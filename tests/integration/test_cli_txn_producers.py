@@ -4,7 +4,7 @@ an idempotent producer and one with an open transaction on the same partition.""
 from __future__ import annotations
 
 from oncelog.client import Admin, Producer
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.cli import oncelog_cli as cli
 from tests.support.names import unique_name, unique_topic
 

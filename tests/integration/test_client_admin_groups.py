@@ -15,7 +15,7 @@ from oncelog.client import (
     TopicPartition,
 )
 from oncelog.errors import ErrorCode
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.names import unique_group, unique_topic
 
 

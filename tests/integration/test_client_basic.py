@@ -13,7 +13,7 @@ from oncelog.client.errors import (
     UnknownTopicOrPartitionError,
 )
 from oncelog.client.types import Message
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.names import unique_topic
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -163,7 +163,7 @@ def test_producer_without_idempotence_and_acks_1(shared_broker: BrokerProcess) -
 
 
 def test_unreachable_broker_times_out(tmp_path: object) -> None:
-    from tests.support.net import free_port
+    from oncelog.harness.net import free_port
 
     producer = Producer(
         {

@@ -21,7 +21,7 @@ from oncelog.client import (
 )
 from oncelog.client.errors import KafkaClientError, UnknownTopicOrPartitionError
 from oncelog.errors import ErrorCode
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 
 SET, DELETE, APPEND, SUBTRACT = (
     AlterConfigOpType.SET, AlterConfigOpType.DELETE, AlterConfigOpType.APPEND,

@@ -17,7 +17,7 @@ from oncelog.client.aio import AIOConsumer
 from oncelog.client.aio import fetcher as fetcher_module
 from oncelog.client.errors import CorruptRecordError, KafkaClientError
 from oncelog.client.types import Message
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.names import unique_topic
 
 

@@ -7,7 +7,7 @@ import time
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
 from oncelog.client.types import Message
-from tests.support.fault_proxy import ApiKey, FaultRules
+from oncelog.harness.fault_proxy import ApiKey, FaultRules
 from tests.support.names import unique_name, unique_topic
 
 

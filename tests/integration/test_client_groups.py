@@ -11,7 +11,7 @@ import pytest
 
 from oncelog.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
 from oncelog.client.types import Message
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.names import unique_group, unique_topic
 
 PARTITIONS = 4

@@ -9,7 +9,7 @@ import pytest
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
 from oncelog.client.partitioner import partition_for_key
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.names import unique_group, unique_topic
 
 PARTITIONS = 7

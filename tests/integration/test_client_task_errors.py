@@ -16,8 +16,8 @@ from oncelog.client.aio import group as group_module
 from oncelog.client.aio.sender import Sender
 from oncelog.client.aio.transaction_manager import TransactionManager
 from oncelog.client.errors import KafkaClientError, TransactionAbortableError
+from oncelog.harness.broker import BrokerProcess
 from tests.conftest import BrokerFactory
-from tests.support.broker import BrokerProcess
 from tests.support.names import unique_group, unique_name, unique_topic
 
 

@@ -28,7 +28,7 @@ from oncelog.client.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 from oncelog.client.types import Message
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
 from tests.support.names import unique_group, unique_name, unique_topic
 
 PARTITIONS = 3

@@ -35,7 +35,7 @@ from kafka.errors import IncompatibleBrokerVersion
 from oncelog.client import Admin, NewPartitions, NewTopic, TopicPartition
 from oncelog.client.errors import KafkaClientError
 from oncelog.errors import ErrorCode
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import ReferenceKafkaMissing, require_reference, run_harness
 from tests.support.kafkajs import KafkaJSAdmin, result_of
 from tests.support.names import unique_topic

@@ -30,7 +30,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 from rawkafka import request_once
 
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import KafkaProcess
 from tests.support.names import unique_topic
 

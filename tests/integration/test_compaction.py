@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from java_txn import line_with, need_reference, run_txn_client
 
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
 from tests.support.names import unique_topic
 
 pytestmark = pytest.mark.integration

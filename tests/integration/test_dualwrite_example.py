@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
 from tests.support.names import unique_name, unique_topic
 
 EXAMPLE = REPO_ROOT / "examples" / "dual_write" / "orders.py"

@@ -11,7 +11,7 @@ import pytest
 from oncelog.client import Admin, Consumer, TopicPartition
 from oncelog.client.dualwrite import DualWriteInDoubtError, DualWriter, DualWriteUnit
 from oncelog.client.errors import ProducerFencedError
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.names import unique_name, unique_topic
 
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 import pytest
 from clients import CLIENTS, CODECS, Acked, Got, StopFlag, end_offsets, make_records
 
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.support.broker import BrokerProcess, default_argv_prefix
+from oncelog.harness.broker import BrokerProcess, default_argv_prefix
 
 pytestmark = [
     pytest.mark.integration,

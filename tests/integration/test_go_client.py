@@ -18,7 +18,7 @@ import pytest
 
 from examples.payments.verify import read_topic
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import cache_dir
 from tests.support.names import unique_name, unique_topic
 

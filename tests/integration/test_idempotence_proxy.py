@@ -20,7 +20,7 @@ from idem_clients import (
 )
 
 from oncelog.client import Admin
-from tests.support.fault_proxy import ApiKey, FaultRules
+from oncelog.harness.fault_proxy import ApiKey, FaultRules
 from tests.support.names import unique_topic
 
 pytestmark = pytest.mark.integration

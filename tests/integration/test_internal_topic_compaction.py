@@ -31,8 +31,8 @@ from oncelog.client import (
     Producer,
     TopicPartition,
 )
+from oncelog.harness.broker import BrokerProcess
 from oncelog.records.codec import decode_batch
-from tests.support.broker import BrokerProcess
 from tests.support.names import unique_name, unique_topic
 
 pytestmark = pytest.mark.integration

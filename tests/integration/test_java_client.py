@@ -13,9 +13,9 @@ from idem_clients import Outcome, check_exactly_once, make_records, read_log, su
 from java_txn import line_with, need_reference, run_txn_client
 
 from oncelog.client import Admin
+from oncelog.harness.broker import BrokerProcess
+from oncelog.harness.fault_proxy import ApiKey, FaultRules
 from tests.conftest import BrokerFactory
-from tests.support.broker import BrokerProcess
-from tests.support.fault_proxy import ApiKey, FaultRules
 from tests.support.names import unique_name, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("reference")]

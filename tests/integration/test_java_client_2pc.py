@@ -26,7 +26,7 @@ from java_txn import (
 )
 
 from oncelog.client import Admin, PreparedTxnState, Producer
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.names import unique_name, unique_topic
 
 pytestmark = pytest.mark.integration

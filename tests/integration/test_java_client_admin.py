@@ -15,7 +15,7 @@ import pytest
 from java_txn import NO_TIMEOUT_MS, two_pc_broker
 
 from oncelog.client import Admin, Producer
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import run_harness, run_kafka_tool
 from tests.support.names import unique_name, unique_topic
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from txn_clients import ConfluentTxnClient
 
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import JavaClient, Json
 from tests.support.names import unique_group, unique_name, unique_topic
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from txn_clients import ConfluentTxnClient
 
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import JavaClient
 from tests.support.names import unique_name, unique_topic
 

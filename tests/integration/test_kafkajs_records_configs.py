@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafkajs import KafkaJSAdmin, result_of
 from tests.support.names import unique_topic
 

@@ -29,7 +29,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 from rawkafka import request_once
 
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 
 pytestmark = pytest.mark.integration
 

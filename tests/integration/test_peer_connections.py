@@ -14,9 +14,9 @@ from typing import cast
 from oncelog.broker.cluster.peers import PeerConnections
 from oncelog.broker.cluster.view import EtcdClusterView
 from oncelog.broker.cluster_view import BrokerEndpoint
+from oncelog.harness.broker import BrokerProcess
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, request_module
-from tests.support.broker import BrokerProcess
 
 PEER = 7
 

@@ -16,9 +16,9 @@ from kio.static.primitive import i16, i32, i32Timedelta
 from rawkafka import RawConnection
 from rawkafka import produce as raw_produce
 
+from oncelog.harness.broker import BrokerProcess
 from oncelog.records.codec import RecordInput, encode_batch
 from tests.conftest import BrokerFactory
-from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
 from tests.conftest import BrokerFactory
-from tests.support.broker import REPO_ROOT, BrokerProcess
 
 README = REPO_ROOT / "README.md"
 DUAL_WRITE_README = REPO_ROOT / "examples" / "dual_write" / "README.md"

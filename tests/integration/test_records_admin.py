@@ -30,9 +30,9 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 from rawkafka import RawConnection, produce, request_once
 
 from oncelog.client import Admin, TopicPartition
+from oncelog.harness.broker import BrokerProcess
 from oncelog.records.codec import RecordInput, encode_batch
 from tests.support import unique_topic
-from tests.support.broker import BrokerProcess
 from tests.support.kafka import KafkaProcess
 
 ZERO_UUID = uuid.UUID(int=0)

@@ -26,11 +26,11 @@ from oncelog.broker.partition import Partition
 from oncelog.clock import SystemClock
 from oncelog.cluster.follower import FetchPhase
 from oncelog.config import LogConfig
+from oncelog.harness.broker import BrokerProcess
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
 from oncelog.storage.engine import AppendOrigin, IsolationLevel
 from oncelog.storage.unified_log import UnifiedLog
-from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.integration
 

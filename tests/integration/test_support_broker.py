@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from oncelog.harness.broker import BrokerProcess
+from oncelog.harness.process import ServerStartError, ServerStopError
 from tests.conftest import BrokerFactory
-from tests.support.broker import BrokerProcess
 from tests.support.names import unique_topic
-from tests.support.process import ServerStartError, ServerStopError
 
 # -- the real oncelog serve ------------------------------------------------------------------
 

@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncelog.harness.fault_proxy import ANY_API, ApiKey, FaultProxy, FaultRules
+from oncelog.harness.net import free_port
 from tests.conftest import ProxiedBroker
-from tests.support.fault_proxy import ANY_API, ApiKey, FaultProxy, FaultRules
 from tests.support.names import unique_group, unique_topic
-from tests.support.net import free_port
 from tests.support.tansu import TansuProcess
 
 # -- a minimal upstream: answers each request frame with (correlation id, api key) -----------

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from txn_clients import ConfluentTxnClient
 
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import (
     KAFKA_VERSION,
     KafkaFactory,

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from txn_clients import ConfluentTxnClient, Rec, poll_until, processed_offsets, transform
 
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
 from tests.support.names import unique_group, unique_name, unique_topic
 
 pytestmark = pytest.mark.integration

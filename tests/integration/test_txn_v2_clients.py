@@ -14,7 +14,7 @@ from confluent_kafka import Producer as CKProducer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.names import unique_name, unique_topic
 
 pytestmark = pytest.mark.integration

@@ -42,8 +42,8 @@ from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeatur
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 from rawkafka import RawConnection
 
+from oncelog.harness.broker import BrokerProcess
 from oncelog.records.codec import RecordInput, encode_batch
-from tests.support.broker import BrokerProcess
 from tests.support.kafka import KafkaProcess
 
 pytestmark = pytest.mark.integration

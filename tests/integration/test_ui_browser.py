@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
 from tests.support.chromium import Page, chromium_page
 from tests.support.console import console_broker
 from tests.support.names import unique_name, unique_topic

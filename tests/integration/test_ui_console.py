@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
-from tests.support.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess
+from oncelog.harness.net import free_port, wait_for_port
 from tests.support.console import (
     confirmed,
     console_broker,
@@ -26,7 +27,6 @@ from tests.support.console import (
 )
 from tests.support.kafka import KafkaProcess
 from tests.support.names import unique_name, unique_topic
-from tests.support.net import free_port, wait_for_port
 
 BrokerFactory = Callable[..., BrokerProcess]
 TWO_PC = {"transaction.two.phase.commit.enable": True}

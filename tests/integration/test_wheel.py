@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import oncelog
-from tests.support.broker import REPO_ROOT
-from tests.support.net import free_port
+from oncelog.harness.broker import REPO_ROOT
+from oncelog.harness.net import free_port
 
 pytestmark = pytest.mark.wheel
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import cache_dir
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -31,11 +31,11 @@ import pytest
 
 from examples.payments.verify import verify
 from oncelog.broker.cluster_view import coordinator_partition
+from oncelog.harness.broker import ConfigValue
+from oncelog.harness.cluster import ClusterProcess, MetadataView
+from oncelog.harness.etcd import EtcdProcess
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from oncelog.spark.progress import progress_group, transactional_id
-from tests.support.broker import ConfigValue
-from tests.support.cluster import ClusterProcess, MetadataView
-from tests.support.etcd import EtcdProcess
 from tests.support.spark_pipeline import EVENTS, Pipeline, expect_done, tail
 
 TXN_PARTITIONS = 3

@@ -12,7 +12,7 @@ import pytest
 
 from examples.payments.verify import read_topic
 from oncelog.client import Admin, Producer
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.names import unique_name, unique_topic
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from examples.payments.verify import read_topic
 from oncelog.client import Admin, Producer
+from oncelog.harness.broker import BrokerProcess
 from tests.spark.conftest import SPARK_KAFKA_VERSION, spark_kafka_jars
-from tests.support.broker import BrokerProcess
 from tests.support.names import unique_name, unique_topic
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from examples.payments.verify import verify
-from tests.support.broker import BrokerProcess
+from oncelog.harness.broker import BrokerProcess
 from tests.support.spark_pipeline import EVENTS, Pipeline, expect_done, tail
 
 

@@ -12,12 +12,12 @@ import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from oncelog.client import Admin
+from oncelog.harness.broker import BrokerProcess
 from oncelog.spark import writer as writer_mod
 from oncelog.spark.options import SinkOptions
 from oncelog.spark.progress import transactional_id
 from oncelog.spark.sink import TxnClients
 from oncelog.spark.writer import OncelogStreamWriter, SinkCommitError, SinkCommitMessage
-from tests.support.broker import BrokerProcess
 from tests.support.names import unique_topic
 
 SCHEMA = StructType([StructField("key", StringType()), StructField("value", BinaryType())])

@@ -1,10 +1,11 @@
-"""Test utilities: broker processes, a fault-injecting TCP proxy, naming helpers.
+"""Test utilities: peer brokers (Kafka, Tansu), naming helpers, client drivers.
 
-Tests import them as ``from tests.support.broker import BrokerProcess``; ``tests/conftest.py``
-makes the repository root importable so this works under a plain ``pytest`` run.
+Broker processes, the fault proxy, etcd, clusters and network namespaces live in
+``oncelog.harness`` (``oncelog verify`` uses them too). Tests import these modules as
+``from tests.support.names import unique_topic``; ``tests/conftest.py`` makes the repository
+root importable so this works under a plain ``pytest`` run.
 """
 
 from tests.support.names import unique_topic
-from tests.support.net import free_port
 
-__all__ = ["free_port", "unique_topic"]
+__all__ = ["unique_topic"]

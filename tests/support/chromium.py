@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import websocket
 
-from tests.support.net import free_port, wait_for_port
+from oncelog.harness.net import free_port, wait_for_port
 
 CHROMIUM = "/usr/bin/chromium"
 # Flags that keep headless chromium to itself (no first-run, sync, update or QUIC traffic).

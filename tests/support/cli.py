@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.support.broker import REPO_ROOT
+from oncelog.harness.broker import REPO_ROOT
 
 
 def oncelog_cli(*args: str, stdin: str = "", timeout: float = 60,

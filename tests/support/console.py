@@ -10,8 +10,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from tests.support.broker import BrokerProcess
-from tests.support.net import free_port, wait_for_port
+from oncelog.harness.broker import BrokerProcess
+from oncelog.harness.net import free_port, wait_for_port
 
 BrokerFactory = Callable[..., BrokerProcess]
 Json = dict[str, Any]

@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.net import LOOPBACK, free_port, wait_for_port
-from tests.support.process import ServerProcess, ServerStartError, ServerStopError
+from oncelog.harness.net import LOOPBACK, free_port, wait_for_port
+from oncelog.harness.process import ServerProcess, ServerStartError, ServerStopError
 
 KAFKA_VERSION = "4.4.0"
 # kafka-tools (TransactionsCommand, ...) and kafka-streams: 4.4.0 is not on Maven Central

@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.cluster import ClusterProcess, MetadataView
+from oncelog.harness.cluster import ClusterProcess, MetadataView
 
 
 def create_topic(cluster: ClusterProcess, partitions: int = 1,

@@ -15,7 +15,7 @@ from typing import Any
 
 from examples.payments.generate import create_topics, generate
 from oncelog.client import Admin
-from tests.support.broker import REPO_ROOT
+from oncelog.harness.broker import REPO_ROOT
 from tests.support.names import unique_name
 
 EVENTS = 600

@@ -20,8 +20,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.net import LOOPBACK, free_port, wait_for_port
-from tests.support.process import ServerProcess, ServerStartError
+from oncelog.harness.net import LOOPBACK, free_port, wait_for_port
+from oncelog.harness.process import ServerProcess, ServerStartError
 
 READY = re.compile(r"^ready in ")
 

@@ -16,7 +16,7 @@ and every broker's Metadata shows all N brokers and a controller. Conditions are
 with a deadline, by polling Metadata (never by sleeping for a guessed time). On failure,
 ``logs()`` is what the fixture prints.
 
-Where it runs: on loopback by default; with ``network=`` (a ``tests.support.netns.Network``)
+Where it runs: on loopback by default; with ``network=`` (a ``oncelog.harness.netns.Network``)
 etcd runs in host ``etcd`` and broker N in host ``bN`` (each listening on and advertising
 its namespace address), so ``network.cut`` / ``isolate`` apply between them, and the test
 reaches the cluster from host ``client``, which no fault touches: ``metadata()`` and
@@ -26,6 +26,10 @@ reaches the cluster from host ``client``, which no fault touches: ``metadata()``
         net.isolate(cluster.host(1), keep=("etcd", "client"))    # broker 1 alone with etcd
         with cluster.reach():
             producer = Producer({"bootstrap.servers": cluster.bootstrap})
+
+With ``proxied=True`` (loopback only) each broker listens on its own port and advertises a
+``FaultProxy`` in front of it (``proxies[node_id]``), so clients and the other brokers
+reach it through the proxy, where ``oncelog verify`` cuts connections and drops responses.
 """
 
 from __future__ import annotations
@@ -42,10 +46,12 @@ from typing import Any, Self
 
 from kio.schema.metadata.v12 import request as md
 
-from tests.support.broker import REPO_ROOT, BrokerProcess, ConfigValue
-from tests.support.etcd import EtcdProcess, start_etcd, unique_prefix
-from tests.support.netns import Network
-from tests.support.rawkafka import request_once
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess, ConfigValue
+from oncelog.harness.etcd import EtcdProcess, start_etcd, unique_prefix
+from oncelog.harness.fault_proxy import FaultProxy
+from oncelog.harness.net import LOOPBACK, free_port
+from oncelog.harness.netns import Network
+from oncelog.harness.rawkafka import request_once
 
 
 @dataclass(frozen=True)
@@ -115,9 +121,12 @@ class ClusterProcess:
         env: Mapping[str, str] | None = None,
         network: Network | None = None,
         log_level: str = "INFO",
+        proxied: bool = False,
     ) -> None:
         if network is not None and etcd is not None:
             raise ValueError("a namespaced cluster runs its own etcd in host 'etcd'")
+        if network is not None and proxied:
+            raise ValueError("a namespaced cluster is cut by routes, not by fault proxies")
         self.base_dir = Path(base_dir)
         self.network = network
         self.log_level = log_level
@@ -128,6 +137,8 @@ class ClusterProcess:
         self.count = brokers
         self.env = dict(env or {})
         self.brokers: dict[int, BrokerProcess] = {}
+        self.proxied = proxied
+        self.proxies: dict[int, FaultProxy] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> Self:
@@ -173,6 +184,12 @@ class ClusterProcess:
 
     def _broker(self, node_id: int, configs: Mapping[str, ConfigValue]) -> BrokerProcess:
         data_dir = self.base_dir / f"broker-{node_id}"
+        if self.proxied:
+            port = free_port(LOOPBACK)
+            proxy = self.proxies[node_id] = FaultProxy(LOOPBACK, port).start()
+            return BrokerProcess(data_dir, node_id=node_id, configs=configs, port=port,
+                                 advertised=proxy.bootstrap, env=self._broker_env(),
+                                 log_level=self.log_level)
         if self.network is None:
             return BrokerProcess(data_dir, node_id=node_id, configs=configs,
                                  env=self._broker_env(), log_level=self.log_level)
@@ -198,6 +215,8 @@ class ClusterProcess:
             broker.kill()
         if self._own_etcd and self.etcd is not None:
             self.etcd.kill()
+        for proxy in self.proxies.values():
+            proxy.stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -213,7 +232,10 @@ class ClusterProcess:
 
     @property
     def bootstrap(self) -> str:
-        """The running brokers' addresses, for ``bootstrap.servers``."""
+        """The running brokers' addresses, for ``bootstrap.servers`` (their proxies' when
+        ``proxied``)."""
+        if self.proxied:
+            return ",".join(self.proxies[n].bootstrap for n in self.running)
         return ",".join(self.brokers[n].bootstrap for n in self.running)
 
     def kill(self, node_id: int) -> None:

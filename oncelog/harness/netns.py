@@ -35,7 +35,7 @@ Processes: ``run(host, argv, **popen)`` is ``subprocess.Popen(["ip", "netns", "e
 prefix for code that builds its own command line, and ``broker(host, data_dir, ...)`` a
 ``BrokerProcess`` (``oncelog serve``) listening on ``address(host):9092`` inside that host —
 every namespace has its own ports, so the cluster fixture uses fixed ports and never races
-for free ones. The cluster fixture (tests/support/cluster.py) will: ``add_host("etcd")`` and
+for free ones. The cluster fixture (oncelog/harness/cluster.py) will: ``add_host("etcd")`` and
 run etcd there on ``address("etcd"):2379``; ``add_host("b1")``.. and start each broker with
 ``net.broker("b1", data_dir, node_id=1, configs={"metadata.etcd.endpoints": ...})``, whose
 advertised listener is its namespace address, so brokers reach each other over the bridge
@@ -78,7 +78,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
-from tests.support.broker import BrokerProcess, default_argv_prefix
+from oncelog.harness.broker import BrokerProcess, default_argv_prefix
 
 logger = logging.getLogger(__name__)
 

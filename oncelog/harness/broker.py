@@ -21,8 +21,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.support.net import LOOPBACK, free_port
-from tests.support.process import ServerProcess, ServerStartError
+from oncelog.harness.net import LOOPBACK, free_port
+from oncelog.harness.process import ServerProcess, ServerStartError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"oncelog ready on (?P<host>\S+):(?P<port>\d+)")

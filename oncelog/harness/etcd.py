@@ -18,8 +18,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.net import LOOPBACK, free_port
-from tests.support.process import ServerProcess, ServerStartError
+from oncelog.harness.net import LOOPBACK, free_port
+from oncelog.harness.process import ServerProcess, ServerStartError
 
 READY = re.compile(r"ready to serve client requests")
 ETCD = "/usr/bin/etcd"
