@@ -20,10 +20,17 @@ import random
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from oncelog.cli.common import CommandError, bootstrap_servers
+
+if TYPE_CHECKING:
+    from oncelog.verify.deployment import Deployment, FaultInjector, Workers
+    from oncelog.verify.history import RunInfo
+    from oncelog.verify.runner import InjectorFactory, VerifyOptions
+    from oncelog.verify.spawn import ClusterDeployment, SingleDeployment
 
 log = logging.getLogger("oncelog.cli.verify")
 
@@ -42,7 +49,7 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def _names(allowed: tuple[str, ...], what: str) -> Any:
+def _names(allowed: tuple[str, ...], what: str) -> Callable[[str], list[str]]:
     def parse(text: str) -> list[str]:
         names = [n.strip() for n in text.split(",") if n.strip()]
         unknown = [n for n in names if n not in allowed]
@@ -122,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from oncelog.verify.runner import InjectorFactory, RunError, VerifyOptions
+    from oncelog.verify.runner import RunError, VerifyOptions
     from oncelog.verify.runner import run as run_verify
 
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
@@ -133,10 +140,10 @@ def _verify(args: argparse.Namespace) -> int:
         broker_name=args.broker_name or ("oncelog" if args.spawn else "external"),
         java_classpath=args.java_classpath,
         command=shlex.join(["oncelog", *sys.argv[1:]]))
-    deployment: Any
+    deployment: Deployment
     factory: InjectorFactory | None = None
     if args.bootstrap_server:
-        from oncelog.verify.runner import ExternalDeployment
+        from oncelog.verify.spawn import ExternalDeployment
         deployment = ExternalDeployment(args.bootstrap_server, options.broker_name)
     else:
         deployment, factory = _spawn(args.spawn, options, report)
@@ -151,22 +158,20 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if results.valid else 1
 
 
-def _spawn(kind: str, options: Any, report: Path) -> tuple[Any, Any]:
+def _spawn(kind: str, options: VerifyOptions, report: Path
+           ) -> tuple[SingleDeployment | ClusterDeployment, InjectorFactory]:
     """The spawned deployment and a factory of its fault injector (oncelog.verify.spawn,
     nemesis and faults)."""
-    try:
-        faults, nemesis, spawn = (importlib.import_module(f"oncelog.verify.{name}")
-                                  for name in ("faults", "nemesis", "spawn"))
-    except ImportError as exc:
-        raise CommandError(f"--spawn is not available in this build: {exc}", 2) from None
+    from oncelog.verify import faults, nemesis, spawn
     wanted = options.faults or list(faults.supported_kinds(kind, netns=kind == "cluster"))
     try:
         faults.check_kinds(wanted, kind, netns=True)  # what no deployment of the kind can do
     except faults.UnsupportedFault as exc:
         raise CommandError(str(exc), 2) from None
     directory = report / "deployment"
-    deployment = (spawn.SingleDeployment(directory) if kind == "single"
-                  else spawn.ClusterDeployment(directory))
+    deployment: SingleDeployment | ClusterDeployment = (
+        spawn.SingleDeployment(directory) if kind == "single"
+        else spawn.ClusterDeployment(directory))
     netns = bool(getattr(deployment, "netns", False))
     try:
         if not options.faults:
@@ -177,7 +182,7 @@ def _spawn(kind: str, options: Any, report: Path) -> tuple[Any, Any]:
         raise CommandError(str(exc), 2) from None
     schedule = faults.plan(options.seed, options.duration_s, options.faults, kind, netns=netns)
 
-    def factory(workers: Any, info: Any, transactional_ids: list[str]) -> Any:
+    def factory(workers: Workers, info: RunInfo, transactional_ids: list[str]) -> FaultInjector:
         return nemesis.Nemesis(schedule, deployment, workers, started_at=info.started_at,
                                topics=[info.input_topic, info.output_topic],
                                transactional_ids=transactional_ids)

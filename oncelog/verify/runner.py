@@ -71,28 +71,6 @@ class VerifyOptions:
     command: str = ""  # the command line, shown by the report
 
 
-@dataclass
-class ExternalDeployment:
-    """A deployment the user runs: only its bootstrap address; the user injects faults."""
-    address: str
-    broker: str = "oncelog"
-    kind: str = "external"
-
-    @property
-    def bootstrap(self) -> str:
-        return self.address
-
-    @property
-    def client_prefix(self) -> list[str]:
-        return []
-
-    def heal(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 # ---- merging the workers' lines (pure) ----------------------------------------------------
 
 def merge_ops(lines: Iterable[str]) -> list[Op]:

@@ -17,6 +17,7 @@ A watchdog ends the process (exit 4) if a transaction makes no progress for
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import random
@@ -53,7 +54,7 @@ log = logging.getLogger("oncelog.verify.worker")
 
 POLL_RECORDS = 20
 POLL_TIMEOUT_S = 0.2
-WATCHDOG_S = 90.0
+WATCHDOG_S = 45.0  # longer than any one transaction's bounded calls
 RECOVER_DEADLINE_S = 60.0
 EXIT_FATAL = 3
 EXIT_STUCK = 4
@@ -175,6 +176,7 @@ class TxnLoop:
     def _retry(self, what: str, call: Callable[[], None]) -> None:
         deadline = time.monotonic() + RECOVER_DEADLINE_S
         while True:
+            self.progress = time.monotonic()
             try:
                 call()
                 return
@@ -198,12 +200,14 @@ def _watchdog(loop: TxnLoop, stop: threading.Event) -> None:
         if time.monotonic() - loop.progress > WATCHDOG_S:
             log.error("process %s made no progress for %ss; exiting", loop.args.process,
                       WATCHDOG_S)
+            faulthandler.dump_traceback(all_threads=True)  # where it hangs, into its log
             os._exit(EXIT_STUCK)
 
 
 def work(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where is it?
     settings = ClientSettings(args.bootstrap, args.group, args.input, args.transactional_id,
                               args.transaction_timeout_ms, args.call_timeout_s)
     client = make_client(args.client, settings)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from oncelog.harness.broker import BrokerProcess
 from oncelog.verify.deployment import FaultInjector, Workers
 from oncelog.verify.history import (
     DERIVED_PREFIX,
@@ -23,8 +24,8 @@ from oncelog.verify.history import (
     tp_key,
     write_history,
 )
-from oncelog.verify.runner import ExternalDeployment, VerifyOptions, run
-from tests.support.broker import BrokerProcess
+from oncelog.verify.runner import VerifyOptions, run
+from oncelog.verify.spawn import ExternalDeployment
 
 CRASH_AT_S = 6.0
 
