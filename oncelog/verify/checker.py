@@ -246,41 +246,45 @@ def _totals(history: History) -> dict[str, object]:
 
 # ---- one value, one offset ------------------------------------------------------------
 
-def _observations(idx: _Index) -> Iterator[tuple[str, int, str, int | None]]:
-    """Every (tp, offset, value, operation or None for the final read) any part saw."""
+def _observations(idx: _Index) -> Iterator[tuple[str, int, str, int | None, bool]]:
+    """Every (tp, offset, value, operation or None for the final read, committed) any part
+    saw; ``committed`` is false for a send of a transaction not known to have committed."""
+    committed = {pos for pos, _ in idx.committed_ops()}
     for pos, op in enumerate(idx.ops):
         for send in op.sends:
             offset = _offset(send)
             if offset is not None:
-                yield send.tp, offset, send.value, pos
+                yield send.tp, offset, send.value, pos, pos in committed
     for pos, tp, offset, value in idx.polled_records():
-        yield tp, offset, value, pos
+        yield tp, offset, value, pos, True
     for tp, offset, value in idx.final_records():
-        yield tp, offset, value, None
+        yield tp, offset, value, None, True
 
 
 def _offset_conflicts(idx: _Index) -> Iterator[Anomaly]:
-    """duplicate: one value at two offsets of a partition; inconsistent-offset: one offset
-    with two values. A first pass keeps one value per offset and one offset per value and
+    """duplicate: one value at two offsets of a partition (sends of transactions not known
+    to have committed left out: an aborted transaction and its retry both send ``x:v``);
+    inconsistent-offset: one offset with two values (every delivery counts: an aborted
+    record keeps its offset). A first pass keeps one value per offset and one offset per value and
     notes conflicts; a second one gathers the witnesses of the (rare) conflicts only."""
     value_at: dict[tuple[str, int], str] = {}
     offset_of: dict[tuple[str, str], int] = {}
     bad_offsets: set[tuple[str, int]] = set()
     bad_values: set[tuple[str, str]] = set()
-    for tp, offset, value, _ in _observations(idx):
+    for tp, offset, value, _, committed in _observations(idx):
         if value_at.setdefault((tp, offset), value) != value:
             bad_offsets.add((tp, offset))
-        if offset_of.setdefault((tp, value), offset) != offset:
+        if committed and offset_of.setdefault((tp, value), offset) != offset:
             bad_values.add((tp, value))
     if not bad_offsets and not bad_values:
         return
     at: dict[tuple[str, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     where: dict[tuple[str, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for tp, offset, value, pos in _observations(idx):
+    for tp, offset, value, pos, committed in _observations(idx):
         witnesses = [] if pos is None else [pos]
         if (tp, offset) in bad_offsets:
             at[(tp, offset)][value].extend(witnesses)
-        if (tp, value) in bad_values:
+        if committed and (tp, value) in bad_values:
             where[(tp, value)][offset].extend(witnesses)
     for (tp, value), offsets in sorted(where.items()):
         positions = [pos for w in offsets.values() for pos in w]
@@ -498,14 +502,12 @@ def _cycles(idx: _Index) -> Iterator[Anomaly]:
                 a, b = ops[before[0]], ops[writer]
                 ordered = a.outcome == OK and a.complete is not None and a.complete < b.invoke
                 graph.add(before[0], writer, WW_REALTIME if ordered else WW,
-                          f"{a.name} wrote {before[2]!r} at {tp}@{before[1]}, "
-                          f"next in the log is {b.name}'s {value!r}@{offset}")
+                          (tp, before[1], before[2], offset, value))
             before = (writer, offset, value)
     for pos, tp, offset, value in idx.polled_records():
         writer = idx.writer_of(tp, offset, value)
         if writer is not None:
-            graph.add(writer, pos, WR, f"{ops[pos].name} polled {ops[writer].name}'s "
-                      f"{value!r} at {tp}@{offset}")
+            graph.add(writer, pos, WR, (tp, offset, value))
     g0 = graph.search(frozenset({WW, WW_REALTIME}), None, MAX_EXAMPLES)
     g1c = graph.search(frozenset({WW_REALTIME, WR}), WR, MAX_EXAMPLES)
     for kind, search in (("G1c", g1c), ("G0", g0)):
@@ -519,5 +521,15 @@ def _cycles(idx: _Index) -> Iterator[Anomaly]:
 def _cycle(idx: _Index, kind: str, steps: list[Step]) -> Anomaly:
     names = " -> ".join([idx.ops[step.src].name for step in steps] +
                         [idx.ops[steps[0].src].name])
-    whys = "; ".join(f"{step.kind}: {step.why}" for step in steps[:8])
+    whys = "; ".join(f"{step.kind}: {_why(idx, step)}" for step in steps[:8])
     return idx.anomaly(kind, f"cycle {names} ({whys})", [step.src for step in steps])
+
+
+def _why(idx: _Index, step: Step) -> str:
+    a, b = idx.ops[step.src].name, idx.ops[step.dst].name
+    if step.kind == WR:
+        tp, offset, value = step.evidence
+        return f"{b} polled {a}'s {value!r} at {tp}@{offset}"
+    tp, offset, value, next_offset, next_value = step.evidence
+    return (f"{a} wrote {value!r} at {tp}@{offset}, next in the log is {b}'s "
+            f"{next_value!r}@{next_offset}")

@@ -1,7 +1,8 @@
 """The dependency graph between a verify run's transactions, and its cycle search.
 
 Vertices are operations (positions in the history); an edge ``a -> b`` carries one or more
-kinds, each with a sentence saying why it exists (the first one given is kept):
+kinds, each with the evidence for it (the first one given is kept; the caller formats it,
+so that the million edges of a long run cost no strings):
 
 - ``ww``: a wrote a record of a partition immediately before b's record in the final
   read's order, the two transactions overlapping in time;
@@ -26,14 +27,17 @@ WW = "ww"
 WW_REALTIME = "ww-realtime"
 WR = "wr"
 
+# what shows an edge: the records involved, as the caller chose to describe them
+Evidence = tuple[object, ...]
+
 
 @dataclass(frozen=True)
 class Step:
-    """One edge of a cycle: ``src`` -> ``dst`` because of ``kind`` (``why`` says how)."""
+    """One edge of a cycle: ``src`` -> ``dst`` because of ``kind``, shown by ``evidence``."""
     src: int
     dst: int
     kind: str
-    why: str
+    evidence: Evidence
 
 
 @dataclass(frozen=True)
@@ -46,14 +50,14 @@ class CycleSearch:
 
 class DependencyGraph:
     def __init__(self) -> None:
-        self._edges: dict[tuple[int, int], dict[str, str]] = {}
+        self._edges: dict[tuple[int, int], dict[str, Evidence]] = {}
 
-    def add(self, src: int, dst: int, kind: str, why: str) -> None:
+    def add(self, src: int, dst: int, kind: str, evidence: Evidence) -> None:
         """Add an edge (self-edges are dropped: an operation does not depend on itself)."""
         if src != dst:
-            self._edges.setdefault((src, dst), {}).setdefault(kind, why)
+            self._edges.setdefault((src, dst), {}).setdefault(kind, evidence)
 
-    def edge_kinds(self, src: int, dst: int) -> dict[str, str]:
+    def edge_kinds(self, src: int, dst: int) -> dict[str, Evidence]:
         return dict(self._edges.get((src, dst), {}))
 
     def search(self, kinds: frozenset[str], through: str | None, limit: int) -> CycleSearch:

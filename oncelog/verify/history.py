@@ -171,6 +171,11 @@ class Results:
     totals: dict[str, Any]  # ops, txns by outcome, sends, polls, faults by kind...
 
     def counts(self) -> dict[str, int]:
+        """Anomalies per class: every one found (the checker keeps a few examples in
+        ``anomalies`` and the full counts in ``totals["anomaly_counts"]``)."""
+        full = self.totals.get("anomaly_counts")
+        if isinstance(full, dict):
+            return {kind: int(n) for kind, n in full.items() if n}
         return {kind: len(found) for kind, found in self.anomalies.items() if found}
 
 

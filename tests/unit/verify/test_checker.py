@@ -228,3 +228,13 @@ def test_examples_are_capped_but_counted() -> None:
     results = check(history(ops, {OUT0: [(i, f"1.{i}.0") for i in range(n)]}))
     assert len(results.anomalies["aborted-read"]) == MAX_EXAMPLES
     assert results.totals["anomaly_counts"] == {"aborted-read": n}
+    assert results.counts() == {"aborted-read": n}
+
+
+def test_an_aborted_transform_and_its_retry_are_no_duplicate() -> None:
+    ops = [op(1, 0, 0, 1, sends=[(IN0, "1.0.0", 0)]),
+           op(2, 0, 2, 3, FAIL, polls=[{IN0: [(0, "1.0.0")]}], sends=[(OUT0, "x:1.0.0", 0)]),
+           op(2, 1, 4, 5, polls=[{IN0: [(0, "1.0.0")]}], sends=[(OUT0, "x:1.0.0", 2)],
+              session=1, offsets={IN0: 1})]
+    final = {IN0: [(0, "1.0.0")], OUT0: [(2, "x:1.0.0")]}
+    assert found(check(history(ops, final, committed={IN0: 1}))) == {}
