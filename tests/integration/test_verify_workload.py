@@ -27,20 +27,34 @@ from oncelog.verify.history import (
 from oncelog.verify.runner import VerifyOptions, run
 from oncelog.verify.spawn import ExternalDeployment
 
-CRASH_AT_S = 6.0
+CRASH_AFTER_S = 4.0
+
+
+def _consuming(workers_dir: Path) -> bool:
+    """Some worker committed a transaction with polled records: the group has formed."""
+    for path in workers_dir.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            if '"type":"op"' in line and '"outcome":"ok"' in line and '"polls":[]' not in line:
+                return True
+    return False
 
 
 class CrashOneWorker:
-    """Kill -9 one worker (preferably inside a transaction) once, as the nemesis does."""
+    """Kill -9 one worker (preferably inside a transaction) once the group consumes, as
+    the nemesis does (a crash before the group's first generation would only delay it)."""
 
-    def __init__(self, workers: Workers, started_at: float) -> None:
+    def __init__(self, workers: Workers, started_at: float, workers_dir: Path) -> None:
         self.workers = workers
         self.started_at = started_at
+        self.workers_dir = workers_dir
         self.crashed: str | None = None
 
     def run(self, stop: threading.Event, record: Callable[[Fault], None]) -> None:
-        if stop.wait(CRASH_AT_S):
+        if stop.wait(CRASH_AFTER_S):
             return
+        while not _consuming(self.workers_dir):
+            if stop.wait(0.2):
+                return
         self.crashed = self.workers.crash_one(random.Random(5))
         if self.crashed is not None:
             record(Fault("client-crash", self.crashed, time.time() - self.started_at))
@@ -74,14 +88,14 @@ def test_verify_runs_both_clients_restarts_a_crashed_worker_and_checks(
     injectors: list[CrashOneWorker] = []
 
     def factory(workers: Workers, info: RunInfo, ids: list[str]) -> FaultInjector:
-        injectors.append(CrashOneWorker(workers, info.started_at))
+        injectors.append(CrashOneWorker(workers, info.started_at, report / "workers"))
         return injectors[0]
 
-    options = VerifyOptions(report_dir=tmp_path / "report", duration_s=16, seed=11,
+    report = tmp_path / "report"
+    options = VerifyOptions(report_dir=report, duration_s=20, seed=11,
                             clients=["oncelog", "confluent-kafka"], concurrency=4)
     results = run(options, ExternalDeployment(broker.bootstrap), factory)
 
-    report = tmp_path / "report"
     assert (report / "report.html").is_file()
     assert json.loads((report / "results.json").read_text())["valid"] is True
     assert results.valid, results.counts()
