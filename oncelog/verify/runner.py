@@ -178,9 +178,8 @@ class _Run:
 def run(options: VerifyOptions, deployment: Deployment,
         injector_factory: InjectorFactory | None = None) -> Results:
     """Run the workload, check it, write the report; returns the checker's results."""
-    # The checker and the report are their own modules, imported by name when a run ends.
-    check = importlib.import_module("oncelog.verify.checker").check
-    write_report = importlib.import_module("oncelog.verify.report").write_report
+    from oncelog.verify.checker import check
+    from oncelog.verify.report import write_report
 
     r = _Run(options, deployment)
     replication = ["--replication-factor", "3", "--min-insync-replicas", "2"] \
