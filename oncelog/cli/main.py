@@ -108,12 +108,13 @@ def _tools() -> dict[str, ModuleType]:
         topics,
         txn,
         ui,
+        verify,
     )
 
     return {"topics": topics, "cluster": cluster, "dev-cluster": devcluster,
             "records": records, "configs": configs, "txn": txn,
             "metrics": metrics, "produce": console, "offsets": offsets, "groups": groups,
-            "dump-log": dumplog, "ui": ui, "consume": console}
+            "dump-log": dumplog, "ui": ui, "consume": console, "verify": verify}
 
 
 def serve(args: argparse.Namespace) -> int:

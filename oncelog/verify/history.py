@@ -193,6 +193,17 @@ def fault_line(fault: Fault) -> str:
     return _record("fault", fault)
 
 
+def invoke_line(op: Op) -> str:
+    """A worker's line written before a transaction's first send: the op as known so far
+    (the runner turns an invoke without its op line into an ``unknown`` op)."""
+    return _record("invoke", op)
+
+
+def op_from_dict(d: dict[str, Any]) -> Op:
+    """An op (or invoke) line's fields, without ``type``, as an Op."""
+    return _op(d)
+
+
 def _op(d: dict[str, Any]) -> Op:
     d = dict(d)
     d["sends"] = [Send(**s) for s in d.get("sends", [])]

@@ -1,0 +1,103 @@
+"""The verify worker's view of a Kafka client: one transactional producer and one
+read_committed group consumer, behind the few calls a consume-transform-produce loop makes.
+
+Each adapter (``oncelog_client.py``, ``confluent.py``) maps its client's errors onto
+``ClientError`` with one of three kinds, as a correct exactly-once application sorts them:
+
+- ``fatal``: the producer is fenced or unusable; the worker records what it knows and exits
+  non-zero (the runner starts the slot again as a new process);
+- ``abortable``: the transaction cannot commit; abort it, seek the consumer back to the
+  group's committed offsets and go on;
+- ``retriable``: a timeout or a lost connection; handled as abortable by the worker (the
+  transaction is abandoned), the producer is recreated when ending it fails too.
+
+Every call is bounded by a timeout: a broker that is down shows up as an error, never as a
+hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+ErrorKind = Literal["fatal", "abortable", "retriable"]
+
+
+class ClientError(Exception):
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind: ErrorKind = kind
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    value: str
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    bootstrap: str
+    group: str
+    input_topic: str
+    transactional_id: str
+    transaction_timeout_ms: int = 10000
+    call_timeout_s: float = 10.0
+
+
+class Delivery(Protocol):
+    def offset(self, timeout: float) -> int | None:
+        """The record's offset once acknowledged; None if it failed or did not come."""
+        ...
+
+
+class TxnClient(Protocol):
+    def init(self) -> None:
+        """Create and initialise the producer (InitProducerId: fences the predecessor)."""
+        ...
+
+    def generation(self) -> int:
+        """Increases on every rebalance of the consumer (a new Poll.session)."""
+        ...
+
+    def begin(self) -> None: ...
+
+    def poll(self, max_records: int, timeout: float) -> list[Record]: ...
+
+    def send(self, topic: str, partition: int, value: str) -> Delivery: ...
+
+    def flush(self, timeout: float) -> None: ...
+
+    def send_offsets(self, positions: dict[tuple[str, int], int]) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def seek_to_committed(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+CLIENTS = ("oncelog", "confluent-kafka")
+
+
+def make_client(name: str, settings: ClientSettings) -> TxnClient:
+    factories: dict[str, Callable[[ClientSettings], TxnClient]] = {
+        "oncelog": _oncelog, "confluent-kafka": _confluent}
+    if name not in factories:
+        raise ValueError(f"unknown client {name!r}; one of {', '.join(CLIENTS)}")
+    return factories[name](settings)
+
+
+def _oncelog(settings: ClientSettings) -> TxnClient:
+    from oncelog.verify.clients.oncelog_client import OncelogTxnClient
+    return OncelogTxnClient(settings)
+
+
+def _confluent(settings: ClientSettings) -> TxnClient:
+    from oncelog.verify.clients.confluent import ConfluentTxnClient
+    return ConfluentTxnClient(settings)
