@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from oncelog.config import BrokerConfig, ConfigError, ConfigSource
+from oncelog.config import BROKER_KEYS, BrokerConfig, ConfigError, ConfigSource
 from oncelog.config_registry import LISTENER_PREFIX, SECURITY_PROTOCOLS
 from oncelog.security.tls import SslSettings, TlsConfigError, client_context, server_context
 
@@ -216,8 +216,9 @@ def listener_settings(config: BrokerConfig, name: str) -> SslSettings:
         value = config[prefix + key]
         return config[key] if value is None else value
 
-    used = [key for key in ("ssl.keystore.location",) if config[prefix + key] is not None]
-    return SslSettings.from_lookup(get, prefix if used else "")
+    overridden = frozenset(key for key in BROKER_KEYS if key.startswith("ssl.")
+                           and config[prefix + key] is not None)
+    return SslSettings.from_lookup(get, prefix, overridden)
 
 
 def _listener(config: BrokerConfig, endpoint: EndPoint) -> Listener:

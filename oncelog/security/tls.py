@@ -62,10 +62,13 @@ class SslSettings:
     protocol: str = "TLSv1.3"
     cipher_suites: tuple[str, ...] = ()
     endpoint_identification_algorithm: str = "https"
-    prefix: str = ""  # "listener.name.ssl." when the settings came from that listener
+    prefix: str = ""  # "listener.name.ssl." for the keys a listener overrides
+    overridden: frozenset[str] = frozenset()  # the keys set as prefix + key
 
     @classmethod
-    def from_lookup(cls, get: Callable[[str], Any], prefix: str = "") -> SslSettings:
+    def from_lookup(
+        cls, get: Callable[[str], Any], prefix: str = "", overridden: frozenset[str] = frozenset()
+    ) -> SslSettings:
         """The settings from ``get(name)`` (None when unset), ``name`` a Kafka ssl.* key."""
 
         def text(name: str, default: str | None) -> str | None:
@@ -91,10 +94,12 @@ class SslSettings:
             endpoint_identification_algorithm=text(
                 "ssl.endpoint.identification.algorithm", "https") or "",
             prefix=prefix,
+            overridden=overridden,
         )
 
     def key(self, name: str) -> str:
-        return f"{self.prefix}{name}"
+        """The config key ``name`` was read from (for error messages)."""
+        return f"{self.prefix}{name}" if name in self.overridden else name
 
 
 def server_context(settings: SslSettings) -> ssl.SSLContext:
