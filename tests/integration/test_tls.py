@@ -47,7 +47,7 @@ def confluent_ssl(bootstrap: str, tls: TlsMaterial, *, cert: bool = False) -> di
     return conf
 
 
-def metadata_brokers(conf: dict[str, Any]) -> dict[int, tuple[str, int]]:
+def metadata_brokers(conf: dict[str, Any]) -> dict[int, tuple[str | None, int]]:
     admin = confluent_kafka.admin.AdminClient(conf)
     md = admin.list_topics(timeout=15)
     return {b.id: (b.host, b.port) for b in md.brokers.values()}
@@ -106,7 +106,7 @@ def test_confluent_mutual_tls_produce_consume_and_principal(
     while len(got) < 5 and time.monotonic() < deadline:
         msg = consumer.poll(0.5)
         if msg is not None and msg.error() is None:
-            got.append(msg.value())
+            got.append(msg.value() or b"")
     consumer.close()
     assert sorted(got) == [f"v{i}".encode() for i in range(5)]
     assert f"on listener SSL as User:{CLIENT_DN}" in broker.log_text()
