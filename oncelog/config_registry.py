@@ -201,7 +201,8 @@ _BROKER_KEYS = [
     _key("ssl.keystore.location", T, None, "PEM file with this broker's certificate chain "
          "and private key (SSL listeners; also the client certificate between brokers)."),
     _key("ssl.keystore.type", T, "JKS", "Format of the keystore file; oncelog reads PEM."),
-    _key("ssl.keystore.password", PW, None, "Password of the keystore (unused for PEM).",
+    _key("ssl.keystore.password", PW, None, "Password of the keystore (refused with PEM "
+         "stores, as Kafka does: only ssl.key.password applies).",
          sensitive=True),
     _key("ssl.key.password", PW, None, "Password of the private key in the keystore file.",
          sensitive=True),
@@ -209,7 +210,8 @@ _BROKER_KEYS = [
          "certificates and, between brokers, for the other brokers' certificates."),
     _key("ssl.truststore.type", T, "JKS", "Format of the truststore file; oncelog reads "
          "PEM."),
-    _key("ssl.truststore.password", PW, None, "Password of the truststore (unused for PEM).",
+    _key("ssl.truststore.password", PW, None, "Password of the truststore (refused with "
+         "PEM stores, as Kafka does).",
          sensitive=True),
     _key("ssl.client.auth", T, "none", "Client certificates on SSL listeners: required, "
          "requested (verified if presented) or none.", choices=CLIENT_AUTH),

@@ -157,8 +157,7 @@ def plan_listeners(
 ) -> ListenerPlan:
     """The listeners of ``config`` (with ``--listen``/``--advertised``), validated as Kafka
     validates them, SSL contexts built; ConfigError naming the key otherwise."""
-    protocols = {p: p for p in SECURITY_PROTOCOLS}
-    protocols.update(protocol_map(str(config["listener.security.protocol.map"])))
+    protocols = _protocols(config)
     bound = _with_plaintext(
         parse_endpoints(str(config["listeners"]), protocols, "listeners", distinct_ports=True),
         listen)
@@ -188,6 +187,13 @@ def plan_listeners(
             "advertised.listeners. The valid options based on currently configured "
             f"listeners are {','.join(e.name for e in shown)}")
     return ListenerPlan(tuple(_listener(config, e) for e in bound), tuple(shown), inter)
+
+
+def _protocols(config: BrokerConfig) -> dict[str, str]:
+    """Listener name -> protocol: each protocol's own name, then the configured map."""
+    protocols = {p: p for p in SECURITY_PROTOCOLS}
+    protocols.update(protocol_map(str(config["listener.security.protocol.map"])))
+    return protocols
 
 
 def _inter_broker_listener(config: BrokerConfig, protocols: dict[str, str]) -> str:
@@ -227,6 +233,8 @@ def _listener(config: BrokerConfig, endpoint: EndPoint) -> Listener:
                           "is not supported yet")
     if endpoint.protocol not in ("SSL", "SASL_SSL"):
         return Listener(endpoint)
+    # the registry accepts only DEFAULT: User:<subject DN> (oncelog.security.tls)
+    assert config["ssl.principal.mapping.rules"] == "DEFAULT"
     try:
         return Listener(endpoint, server_context(listener_settings(config, endpoint.name)))
     except TlsConfigError as exc:
@@ -237,8 +245,7 @@ def inter_broker_client_tls(config: BrokerConfig) -> ssl.SSLContext | None:
     """The TLS context of this broker's connections to the others (replica fetches,
     markers, verifications) when the inter-broker listener's protocol uses TLS: trust from
     the truststore, this broker's certificate from its keystore; None for PLAINTEXT."""
-    plan_protocols = {p: p for p in SECURITY_PROTOCOLS}
-    plan_protocols.update(protocol_map(str(config["listener.security.protocol.map"])))
+    plan_protocols = _protocols(config)
     name = _inter_broker_listener(config, plan_protocols)
     if plan_protocols.get(name) not in ("SSL", "SASL_SSL"):
         return None

@@ -62,6 +62,9 @@ class SslSettings:
     protocol: str = "TLSv1.3"
     cipher_suites: tuple[str, ...] = ()
     endpoint_identification_algorithm: str = "https"
+    # Kafka refuses store passwords with PEM stores (only ssl.key.password applies)
+    keystore_password_set: bool = False
+    truststore_password_set: bool = False
     prefix: str = ""  # "listener.name.ssl." for the keys a listener overrides
     overridden: frozenset[str] = frozenset()  # the keys set as prefix + key
 
@@ -93,6 +96,8 @@ class SslSettings:
             cipher_suites=items("ssl.cipher.suites", ()),
             endpoint_identification_algorithm=text(
                 "ssl.endpoint.identification.algorithm", "https") or "",
+            keystore_password_set=get("ssl.keystore.password") is not None,
+            truststore_password_set=get("ssl.truststore.password") is not None,
             prefix=prefix,
             overridden=overridden,
         )
@@ -141,6 +146,10 @@ def _configure(context: ssl.SSLContext, settings: SslSettings) -> None:
     context.minimum_version, context.maximum_version = low, high
     if settings.keystore_location is not None:
         _require_pem(settings, "ssl.keystore.type", settings.keystore_type)
+        if settings.keystore_password_set:
+            raise TlsConfigError(
+                f"{settings.key('ssl.keystore.password')}: SSL key store password cannot be "
+                "specified with PEM format, only key password may be specified.")
         try:
             context.load_cert_chain(settings.keystore_location, password=settings.key_password)
         except (OSError, ssl.SSLError) as exc:
@@ -149,6 +158,10 @@ def _configure(context: ssl.SSLContext, settings: SslSettings) -> None:
                 f"and private key from {settings.keystore_location}: {_reason(exc)}") from None
     if settings.truststore_location is not None:
         _require_pem(settings, "ssl.truststore.type", settings.truststore_type)
+        if settings.truststore_password_set:
+            raise TlsConfigError(
+                f"{settings.key('ssl.truststore.password')}: SSL trust store password cannot "
+                "be specified for PEM format.")
         try:
             context.load_verify_locations(cafile=settings.truststore_location)
         except (OSError, ssl.SSLError) as exc:
