@@ -13,11 +13,13 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 import oncelog
 from oncelog.client import Admin
 from oncelog.client.errors import KafkaClientError
+from oncelog.config import parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_MS = 30000
@@ -93,6 +95,23 @@ def add_bootstrap_option(group: argparse._ActionsContainer) -> None:
         type=bootstrap_servers,
         help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
     )
+    group.add_argument(
+        "--command-config", type=Path, default=None, metavar="FILE",
+        help="properties file of client configs, as Kafka's tools take, e.g. "
+             "security.protocol=SSL and ssl.truststore.location=ca.pem (default: none)",
+    )
+
+
+def command_configs(args: argparse.Namespace) -> dict[str, object]:
+    """The client configs of ``--command-config FILE`` (none without it); CommandError
+    (exit 2) if the file cannot be read."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return {}
+    try:
+        return dict(parse_properties(path.read_text()))
+    except OSError as exc:
+        raise CommandError(f"cannot read --command-config {path}: {exc.strerror}", 2) from None
 
 
 def connection_options() -> argparse.ArgumentParser:
@@ -119,6 +138,7 @@ def admin_config(args: argparse.Namespace) -> dict[str, object]:
         "socket.connection.setup.timeout.ms": min(timeout, CONNECT_TIMEOUT_MS),
         # Looking a topic up must never create it.
         "allow.auto.create.topics": False,
+        **command_configs(args),
     }
 
 
