@@ -35,8 +35,8 @@ from oncelog.verify.clients import (
     ClientSettings,
     Delivery,
     TxnClient,
-    make_client,
 )
+from oncelog.verify.clients.factory import make_client
 from oncelog.verify.history import (
     FAIL,
     OK,
