@@ -33,6 +33,7 @@ from oncelog.config_registry import (
     STORAGE_ENGINE_SCHEMES,
     SYNONYM_UNIT_MS,
     TOPIC_CONFIGS,
+    broker_config_key,
     split_log_dirs,
     storage_engine_scheme,
 )
@@ -106,7 +107,7 @@ class BrokerConfig:
             ConfigSource.STATIC_BROKER_CONFIG: {},
         }
         for name, text in (overrides or {}).items():
-            key = BROKER_KEYS.get(name)
+            key = broker_config_key(name)
             if key is None:
                 raise ValueError(f"unknown broker config {name!r}")
             try:
@@ -141,7 +142,10 @@ class BrokerConfig:
         for source, layer in self._layers.items():
             if name in layer:
                 return layer[name], source
-        return BROKER_KEYS[name].default, ConfigSource.DEFAULT_CONFIG
+        key = broker_config_key(name)
+        if key is None:
+            raise KeyError(name)
+        return key.default, ConfigSource.DEFAULT_CONFIG
 
     def __getitem__(self, name: str) -> Any:
         return self.value_and_source(name)[0]

@@ -58,6 +58,7 @@ from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager, ProducerIdSource
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, internal_topic_specs
+from oncelog.security.credentials import FileCredentialStore
 from oncelog.ui.server import Console, bind_console, serve_console
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,8 @@ class Broker:
         if self.member is None:
             self.cluster_id = load_meta(self.data_dir, self.node_id).cluster_id
         describe_listeners(self.config, (self.listen_host, self.server.port),
-                           (self.advertised_host, self.advertised_port))
+                           (self.advertised_host, self.advertised_port),
+                           self.server.listener_name, self.server.security_protocol)
         load_dynamic_configs(self.data_dir, self.config)
         internal = {
             name: (spec.partitions, spec.configs)
@@ -163,6 +165,7 @@ class Broker:
             cluster=self._cluster_view(node),
             replication=None if self.member is None else self.member.replication.manager,
             cleaner=self.cleaner,
+            credentials=FileCredentialStore(self.data_dir),
             txn_verifier=None if self.member is None else RemoteTxnVerifier(
                 PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS)),
             elections=None if self.member is None else ClusterElections(

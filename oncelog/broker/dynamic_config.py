@@ -30,13 +30,14 @@ _FILE_KEYS = {
 
 
 def describe_listeners(
-    config: BrokerConfig, listen: tuple[str, int], advertised: tuple[str, int]
+    config: BrokerConfig, listen: tuple[str, int], advertised: tuple[str, int],
+    name: str = "PLAINTEXT", protocol: str = "PLAINTEXT",
 ) -> None:
-    """Record the listener settings the broker runs with (one PLAINTEXT listener)."""
-    config.set_static("listeners", f"PLAINTEXT://{listen[0]}:{listen[1]}")
-    config.set_static("advertised.listeners", f"PLAINTEXT://{advertised[0]}:{advertised[1]}")
-    config.set_static("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT")
-    config.set_static("inter.broker.listener.name", "PLAINTEXT")
+    """Record the listener settings the broker runs with (one listener)."""
+    config.set_static("listeners", f"{name}://{listen[0]}:{listen[1]}")
+    config.set_static("advertised.listeners", f"{name}://{advertised[0]}:{advertised[1]}")
+    config.set_static("listener.security.protocol.map", f"{name}:{protocol}")
+    config.set_static("inter.broker.listener.name", name)
 
 
 def load_dynamic_configs(data_dir: Path, config: BrokerConfig) -> None:

@@ -10,6 +10,10 @@ of a KafkaError, in every entry, and the connection stays open.
 
 The server knows the broker only through the services it is started with
 (``BrokerContext``), which every request's ``RequestContext`` carries to its handler.
+
+On a SASL listener each connection passes through its ``SaslConnection`` gate first
+(oncelog.broker.sasl): until it is authenticated only the SASL exchange is served, and
+its requests then run as the authenticated principal.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 from oncelog.broker.api import HANDLERS, SUPPORTED, RequestContext
 from oncelog.broker.api.api_versions import unsupported_version_response
 from oncelog.broker.context import BrokerContext
+from oncelog.broker.sasl import SASL_PROTOCOLS, SaslConnection, listener_protocol
 from oncelog.config import BrokerConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import handler_fault
@@ -35,7 +40,7 @@ from oncelog.protocol.codec import (
     parse_request_header,
 )
 from oncelog.protocol.error_response import error_response
-from oncelog.security.principal import anonymous_session
+from oncelog.security.principal import Session, anonymous_session
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,14 @@ class Server:
         # connections; when they are all taken, connections wait before handling more.
         self._request_slots = asyncio.Semaphore(int(config["queued.max.requests"]))
         self._stopping = False
+        self.listener_name, self.security_protocol = listener_protocol(config)
+
+    def _sasl_gate(self, host: str) -> SaslConnection | None:
+        if self.security_protocol not in SASL_PROTOCOLS or self.services is None:
+            return None
+        assert self.services.credentials is not None
+        return SaslConnection(self.config, self.services.credentials, self.listener_name,
+                              self.security_protocol, host)
 
     async def bind(self) -> None:
         """Bind the listening socket without accepting yet (an OSError if the address is
@@ -108,7 +121,7 @@ class Server:
             return
         self._connections.add(task)
         try:
-            await self._serve(reader, writer, host, task)
+            await self._serve(reader, writer, host, task, self._sasl_gate(host))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -128,26 +141,44 @@ class Server:
         writer: asyncio.StreamWriter,
         host: str,
         task: asyncio.Task[None],
+        sasl: SaslConnection | None = None,
     ) -> None:
         max_bytes = int(self.config["socket.request.max.bytes"])
         idle_s = int(self.config["connections.max.idle.ms"]) / 1000
+        session = anonymous_session(host)
         while not self._stopping:
+            # Before SASL authentication the whole frame must come by the deadline.
+            pending = sasl is not None and not sasl.authenticated
             try:
-                async with asyncio.timeout(idle_s):
+                async with asyncio.timeout(sasl.read_timeout_s(idle_s) if sasl else idle_s):
                     prefix = await reader.readexactly(4)
+                    size = frame_size(prefix, sasl.frame_limit(max_bytes) if sasl else max_bytes)
+                    frame = await reader.readexactly(size) if pending else b""
+                if not pending:
+                    frame = await reader.readexactly(size)
             except TimeoutError:
-                log.info("closing idle connection from %s", host)
+                log.info("closing %s connection from %s", "idle" if sasl is None or
+                         sasl.authenticated else "unauthenticated", host)
                 return
-            try:
-                size = frame_size(prefix, max_bytes)
             except FrameTooLarge as exc:
-                log.warning("closing connection from %s: %s (socket.request.max.bytes)", host, exc)
+                log.warning("closing connection from %s: %s (socket.request.max.bytes, or "
+                            "sasl.server.max.receive.size before authentication)", host, exc)
                 return
-            frame = await reader.readexactly(size)
+            if sasl is not None:
+                reply = sasl.on_frame(frame)
+                if reply is not None:
+                    if reply.frame is not None:
+                        writer.write(reply.frame)
+                        await writer.drain()
+                    if reply.close:
+                        return
+                    continue
+                if sasl.authenticated:
+                    session = sasl.session()
             self._busy.add(task)
             try:
                 async with self._request_slots:
-                    response = await self._handle(frame, host)
+                    response = await self._handle(frame, host, session)
             finally:
                 self._busy.discard(task)
             if response is None:
@@ -157,7 +188,8 @@ class Server:
             writer.write(response)
             await writer.drain()
 
-    async def _handle(self, frame: bytes, host: str) -> bytes | bool | None:
+    async def _handle(self, frame: bytes, host: str,
+                      session: Session | None = None) -> bytes | bool | None:
         """The response frame, None when none is due (acks=0), False to close."""
         try:
             head = parse_request_header(frame)
@@ -201,7 +233,7 @@ class Server:
             client_id=header.client_id,
             client_host=host,
             services=self.services,
-            session=anonymous_session(host),
+            session=session or anonymous_session(host),
         )
         try:
             handler_fault(header.api_key)

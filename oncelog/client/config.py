@@ -76,6 +76,16 @@ def _isolation(value: Any) -> int:
     raise ValueError(f"isolation.level must be read_committed or read_uncommitted: {value!r}")
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _security_protocol(value: Any) -> str:
+    text = str(value).strip().upper()
+    if text not in SECURITY_PROTOCOLS:
+        raise ValueError(f"security.protocol must be one of {', '.join(SECURITY_PROTOCOLS)}")
+    return text
+
+
 def _offset_reset(value: Any) -> str:
     text = str(value).strip().lower()
     aliases = {
@@ -130,6 +140,14 @@ _OPTIONS: dict[str, _Option] = {
     "socket.connection.setup.timeout.ms": _Option(10000, _int),
     "metadata.max.age.ms": _Option(300000, _int),
     "allow.auto.create.topics": _Option(True, _bool),
+    # security (oncelog.client.sasl): librdkafka's sasl.username / sasl.password, or the
+    # Java client's sasl.jaas.config; sasl.mechanisms is librdkafka's spelling.
+    "security.protocol": _Option("PLAINTEXT", _security_protocol),
+    "sasl.mechanism": _Option("GSSAPI", _str),
+    "sasl.mechanisms": _Option(None, _opt_str),
+    "sasl.username": _Option(None, _opt_str),
+    "sasl.password": _Option(None, _opt_str),
+    "sasl.jaas.config": _Option(None, _opt_str),
     # producer
     "acks": _Option(-1, _acks),
     "linger.ms": _Option(5, _int),

@@ -30,6 +30,7 @@ from oncelog.client.errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
+from oncelog.client.sasl import sasl_credentials
 from oncelog.client.wire import nested, request
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
@@ -75,6 +76,7 @@ def _now() -> float:
 class KafkaClient:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self._sasl = sasl_credentials(config)
         self.client_id: str = config["client.id"]
         self.request_timeout_ms: int = config["request.timeout.ms"]
         self.metadata = ClusterMetadata()
@@ -95,6 +97,7 @@ class KafkaClient:
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
             connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"],
+            sasl=self._sasl,
         )
 
     async def connection(self, node_id: int) -> BrokerConnection:
