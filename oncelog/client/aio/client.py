@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from oncelog.client.aio.connection import BrokerConnection
 from oncelog.client.config import ClientConfig
 from oncelog.client.errors import (
+    AuthenticationError,
     BrokerConnectionError,
     CoordinatorNotAvailableError,
     KafkaClientError,
@@ -134,6 +135,8 @@ class KafkaClient:
             try:
                 await conn.connect()
                 return conn
+            except AuthenticationError:
+                raise  # refused credentials: another broker would refuse them too
             except KafkaClientError as exc:
                 errors.append(str(exc))
         raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))

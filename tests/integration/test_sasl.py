@@ -1,0 +1,310 @@
+"""SASL on a SASL_PLAINTEXT listener of a real ``oncelog serve``: confluent-kafka and
+oncelog.client with PLAIN and SCRAM-SHA-256/512 (SCRAM users created with
+AlterUserScramCredentials by a PLAIN admin), refusals with Kafka's error codes, the
+unauthenticated connection's limits, and KIP-368 session expiry / re-authentication."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from oncelog.client import Admin
+from oncelog.client import Consumer as OncelogConsumer
+from oncelog.client import Producer as OncelogProducer
+from oncelog.client.errors import AuthenticationError
+from oncelog.client.types import ConfigResource
+from oncelog.harness.broker import BrokerProcess
+from tests.conftest import BrokerFactory
+from tests.support.names import unique_name, unique_topic
+
+pytestmark = pytest.mark.integration
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'user_admin="admin-secret" user_alice="alice-secret";')
+SASL_CONFIGS: dict[str, Any] = {
+    "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+}
+MECHANISMS = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
+              "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
+SASL_AUTHENTICATION_FAILED = 58
+UNSUPPORTED_SASL_MECHANISM = 33
+
+
+def sasl_conf(broker: BrokerProcess, mechanism: str, user: str, password: str,
+              **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password,
+            **extra}
+
+
+def broker_output(broker: BrokerProcess) -> str:
+    """What the broker logged (without the harness's command lines, which hold the JAAS
+    line the test passed with -c)."""
+    return "".join(line for line in broker.log_path.read_text().splitlines(keepends=True)
+                   if not line.startswith("===== start"))
+
+
+def add_scram_user(broker: BrokerProcess, mechanism: str, user: str, password: str) -> None:
+    admin = AdminClient(sasl_conf(broker, "PLAIN", "admin", "admin-secret"))
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(MECHANISMS[mechanism],
+                                                                    4096), password.encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
+
+
+@pytest.fixture
+def sasl_broker(broker_factory: BrokerFactory) -> Iterator[BrokerProcess]:
+    yield broker_factory(configs=SASL_CONFIGS)
+
+
+def confluent_transaction(broker: BrokerProcess, conf: dict[str, Any]) -> list[bytes]:
+    """A transaction committed by confluent-kafka with ``conf``; what a read_committed
+    consumer with the same login reads back."""
+    topic = unique_topic("sasl")
+    producer = Producer({**conf, "transactional.id": unique_name("sasl-txn")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, f"v{i}".encode())
+    producer.commit_transaction(30)
+    consumer = Consumer({**conf, "group.id": unique_name("sasl-g"),
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < 3 and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            values.append(message.value() or b"")
+    consumer.close()
+    return values
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_confluent_kafka_transaction_over_sasl(sasl_broker: BrokerProcess,
+                                               mechanism: str) -> None:
+    user, password = "alice", "alice-secret"
+    if mechanism != "PLAIN":
+        user, password = unique_name("scram"), "pencil-" + mechanism
+        add_scram_user(sasl_broker, mechanism, user, password)
+    values = confluent_transaction(sasl_broker, sasl_conf(sasl_broker, mechanism, user,
+                                                          password))
+    assert values == [b"v0", b"v1", b"v2"]
+    log = broker_output(sasl_broker)
+    assert f"authenticated as User:{user} ({mechanism})" in log
+    assert password not in log
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_oncelog_client_transaction_over_sasl(sasl_broker: BrokerProcess,
+                                              mechanism: str) -> None:
+    user, password = "alice", "alice-secret"
+    if mechanism != "PLAIN":
+        user, password = unique_name("scram"), "crayon"
+        add_scram_user(sasl_broker, mechanism, user, password)
+    conf = sasl_conf(sasl_broker, mechanism, user, password)
+    topic = unique_topic("sasl")
+    with OncelogProducer({**conf, "transactional.id": unique_name("sasl-txn")}) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(3):
+            producer.send(topic, value=f"v{i}".encode())
+        producer.commit_transaction()
+    with OncelogConsumer({**conf, "group.id": unique_name("g"),
+                          "auto.offset.reset": "earliest"}) as consumer:
+        consumer.subscribe([topic])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 3 and time.monotonic() < deadline:
+            values += [r.value for r in consumer.poll(1.0) if r.value is not None]
+    assert values == [b"v0", b"v1", b"v2"]
+
+
+def _confluent_error(conf: dict[str, Any]) -> str:
+    """The error confluent-kafka reports when a Metadata request cannot get through."""
+    errors: list[str] = []
+    client = Producer({**conf, "error_cb": lambda err: errors.append(str(err)),
+                       "log_level": 0})
+    with pytest.raises(KafkaException):
+        client.list_topics(timeout=3)
+    client.poll(1)  # serves error_cb
+    return " | ".join(errors)
+
+
+@pytest.mark.parametrize(("mechanism", "user", "password"), [
+    ("PLAIN", "alice", "wrong"), ("PLAIN", "nobody", "alice-secret"),
+    ("SCRAM-SHA-256", "alice", "wrong"), ("SCRAM-SHA-256", "nobody", "x"),
+])
+def test_wrong_password_and_unknown_user_are_refused(sasl_broker: BrokerProcess,
+                                                     mechanism: str, user: str,
+                                                     password: str) -> None:
+    if mechanism != "PLAIN":
+        add_scram_user(sasl_broker, mechanism, "alice", "alice-secret")
+    message = _confluent_error(sasl_conf(sasl_broker, mechanism, user, password))
+    assert "Authentication failed" in message, message
+    with pytest.raises(AuthenticationError) as info:
+        Admin(sasl_conf(sasl_broker, mechanism, user, password)).list_topics()
+    assert info.value.code is not None and int(info.value.code) == SASL_AUTHENTICATION_FAILED
+    assert password not in str(info.value)
+
+
+# -- raw protocol: the unauthenticated connection -------------------------------------
+
+def _frame(api_key: int, version: int, correlation: int, body: bytes) -> bytes:
+    client = b"raw"
+    head = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
+    if api_key == 36 and version >= 2:  # flexible: header tagged fields
+        head += b"\0"
+    return struct.pack(">i", len(head) + len(body)) + head + body
+
+
+def _handshake(mechanism: str) -> bytes:
+    return _frame(17, 1, 1, struct.pack(">h", len(mechanism)) + mechanism.encode())
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", _read_exactly(sock, 4))[0]
+    return _read_exactly(sock, size)
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed by broker")
+        data += chunk
+    return data
+
+
+def _closed_without_answer(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _connect(broker: BrokerProcess) -> socket.socket:
+    sock = socket.create_connection((broker.host, broker.port), timeout=15)
+    return sock
+
+
+def test_unknown_mechanism_answers_the_enabled_list_then_closes(
+        sasl_broker: BrokerProcess) -> None:
+    with _connect(sasl_broker) as sock:
+        sock.sendall(_handshake("GSSAPI"))
+        body = _read_frame(sock)[4:]  # after the correlation id
+        (code,) = struct.unpack_from(">h", body)
+        assert code == UNSUPPORTED_SASL_MECHANISM
+        assert b"PLAIN" in body and b"SCRAM-SHA-256" in body and b"SCRAM-SHA-512" in body
+        assert _closed_without_answer(sock)
+
+
+def test_metadata_before_authentication_gets_only_the_close(
+        sasl_broker: BrokerProcess) -> None:
+    metadata_v1 = _frame(3, 1, 7, struct.pack(">i", -1))
+    with _connect(sasl_broker) as sock:
+        sock.sendall(metadata_v1)
+        assert _closed_without_answer(sock)
+    with _connect(sasl_broker) as sock:  # also after a handshake, before authenticating
+        sock.sendall(_handshake("PLAIN"))
+        _read_frame(sock)
+        sock.sendall(metadata_v1)
+        answer = _read_frame(sock)  # Metadata's error response (it has no error field)
+        assert struct.unpack_from(">i", answer)[0] == 7
+        assert _closed_without_answer(sock)
+
+
+def test_silent_unauthenticated_connection_is_closed_in_bounded_time(
+        broker_factory: BrokerFactory) -> None:
+    broker = broker_factory(configs={**SASL_CONFIGS, "connections.max.idle.ms": 1500})
+    with _connect(broker) as sock:
+        started = time.monotonic()
+        sock.sendall(_handshake("PLAIN"))  # then nothing more
+        _read_frame(sock)
+        assert _closed_without_answer(sock)
+        assert time.monotonic() - started < 10
+    with _connect(broker) as sock:  # a frame dribbled byte by byte counts too
+        started = time.monotonic()
+        frame = _handshake("PLAIN") + b"\0" * 100
+        closed = False
+        for byte in frame:
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            time.sleep(0.1)  # the attacker's pace, not synchronisation
+        assert closed or _closed_without_answer(sock)
+        assert time.monotonic() - started < 8
+
+
+def test_reauthentication_and_expired_sessions(broker_factory: BrokerFactory) -> None:
+    broker = broker_factory(configs={**SASL_CONFIGS, "connections.max.reauth.ms": 2000})
+    conf = sasl_conf(broker, "PLAIN", "alice", "alice-secret")
+    topic = unique_topic("reauth")
+    # librdkafka re-authenticates (KIP-368) on the same connection and keeps producing.
+    producer = Producer(conf)
+    deadline = time.monotonic() + 7
+    delivered: list[Any] = []
+    while time.monotonic() < deadline:
+        producer.produce(topic, b"x", on_delivery=lambda err, msg: delivered.append(err))
+        producer.flush(10)
+        time.sleep(0.25)  # a steady trickle of requests across several session lifetimes
+    assert delivered and all(err is None for err in delivered)
+    log = broker_output(broker)
+    assert log.count("authenticated as User:alice (PLAIN), session lifetime 2000 ms") >= 3
+    assert "SASL session expired" not in log
+    # A raw client that does not re-authenticate is closed at its first request after expiry.
+    with _connect(broker) as sock:
+        sock.sendall(_handshake("PLAIN"))
+        _read_frame(sock)
+        token = b"\0alice\0alice-secret"
+        sock.sendall(_frame(36, 1, 2, struct.pack(">i", len(token)) + token))
+        body = _read_frame(sock)[4:]
+        assert struct.unpack_from(">h", body)[0] == 0
+        assert body.endswith(struct.pack(">q", 2000))  # session_lifetime_ms
+        api_versions = _frame(18, 0, 3, b"")
+        sock.sendall(api_versions)
+        _read_frame(sock)
+        time.sleep(2.2)  # let the session's lifetime pass
+        sock.sendall(api_versions)
+        assert _closed_without_answer(sock)
+
+
+def test_oncelog_client_reauthenticates(broker_factory: BrokerFactory) -> None:
+    broker = broker_factory(configs={**SASL_CONFIGS, "connections.max.reauth.ms": 1500})
+    conf = sasl_conf(broker, "PLAIN", "alice", "alice-secret")
+    with Admin(conf) as admin:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            admin.list_topics()
+            time.sleep(0.3)  # requests spread over several session lifetimes
+    log = broker_output(broker)
+    assert log.count("authenticated as User:alice (PLAIN), session lifetime 1500 ms") >= 3
+    assert "SASL session expired" not in log
+
+
+def test_sasl_secrets_stay_out_of_describe_configs_and_logs(
+        sasl_broker: BrokerProcess) -> None:
+    with Admin(sasl_conf(sasl_broker, "PLAIN", "admin", "admin-secret")) as admin:
+        configs = admin.describe_configs([ConfigResource.broker(1)], include_synonyms=True)
+    entries = next(iter(configs.values()))
+    jaas = entries.get("listener.name.sasl_plaintext.plain.sasl.jaas.config")
+    assert jaas is None or (jaas.value is None and jaas.is_sensitive)
+    assert "alice-secret" not in repr(configs)
+    assert "alice-secret" not in broker_output(sasl_broker)
