@@ -13,11 +13,13 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 import oncelog
 from oncelog.client import Admin
 from oncelog.client.errors import KafkaClientError
+from oncelog.config import parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_MS = 30000
@@ -104,8 +106,24 @@ def connection_options() -> argparse.ArgumentParser:
         "--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
         help=f"give up on an operation after this long (default {DEFAULT_TIMEOUT_MS})",
     )
+    group.add_argument(
+        "--command-config", type=Path, default=None, metavar="FILE",
+        help="client configs for the connection, as a properties file (kafka-*.sh's "
+        "option): security.protocol, sasl.mechanism, sasl.jaas.config, ...",
+    )
     group.add_argument("-v", "--verbose", action="store_true", help="log client activity")
     return parent
+
+
+def command_configs(args: argparse.Namespace) -> dict[str, str]:
+    """The client configs of ``--command-config`` (none without it)."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return {}
+    try:
+        return parse_properties(path.read_text())
+    except OSError as exc:
+        raise CommandError(f"cannot read --command-config: {exc}", 2) from None
 
 
 def admin_config(args: argparse.Namespace) -> dict[str, object]:
@@ -119,6 +137,7 @@ def admin_config(args: argparse.Namespace) -> dict[str, object]:
         "socket.connection.setup.timeout.ms": min(timeout, CONNECT_TIMEOUT_MS),
         # Looking a topic up must never create it.
         "allow.auto.create.topics": False,
+        **command_configs(args),
     }
 
 

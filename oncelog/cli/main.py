@@ -108,12 +108,13 @@ def _tools() -> dict[str, ModuleType]:
         topics,
         txn,
         ui,
+        users,
     )
 
     return {"topics": topics, "cluster": cluster, "dev-cluster": devcluster,
             "records": records, "configs": configs, "txn": txn,
             "metrics": metrics, "produce": console, "offsets": offsets, "groups": groups,
-            "dump-log": dumplog, "ui": ui, "consume": console}
+            "dump-log": dumplog, "ui": ui, "consume": console, "users": users}
 
 
 def serve(args: argparse.Namespace) -> int:

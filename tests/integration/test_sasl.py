@@ -9,6 +9,7 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +24,13 @@ from confluent_kafka.admin import (
 from oncelog.client import Admin
 from oncelog.client import Consumer as OncelogConsumer
 from oncelog.client import Producer as OncelogProducer
-from oncelog.client.errors import AuthenticationError
+from oncelog.client.admin import ScramDeletion, ScramUpsertion
+from oncelog.client.errors import AuthenticationError, KafkaClientError
 from oncelog.client.types import ConfigResource
+from oncelog.errors import ErrorCode
 from oncelog.harness.broker import BrokerProcess
 from tests.conftest import BrokerFactory
+from tests.support.cli import ok, oncelog_cli
 from tests.support.names import unique_name, unique_topic
 
 pytestmark = pytest.mark.integration
@@ -308,3 +312,68 @@ def test_sasl_secrets_stay_out_of_describe_configs_and_logs(
     assert jaas is None or (jaas.value is None and jaas.is_sensitive)
     assert "alice-secret" not in repr(configs)
     assert "alice-secret" not in broker_output(sasl_broker)
+
+
+# -- SCRAM users: the CLI and the APIs' errors -----------------------------------------
+
+def test_users_add_list_remove_then_login_works_and_stops(sasl_broker: BrokerProcess,
+                                                          tmp_path: Path) -> None:
+    command_config = tmp_path / "admin.properties"
+    command_config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+        'org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'username="admin" password="admin-secret";\n')
+    connection = ("--bootstrap-server", sasl_broker.bootstrap,
+                  "--command-config", str(command_config))
+    password_file = tmp_path / "pw"
+    password_file.write_text("bob-secret\n")
+    out = ok(oncelog_cli("users", "add", "bob", "--mechanism", "SCRAM-SHA-512",
+                         "--iterations", "8192", "--password-file", str(password_file),
+                         *connection))
+    assert "bob-secret" not in out
+    ok(oncelog_cli("users", "add", "bob", *connection, stdin="bob-256\n"))
+    listing = ok(oncelog_cli("users", "list", *connection)).split("\n")
+    assert listing[0].split() == ["USER", "MECHANISM", "ITERATIONS"]
+    assert ["bob", "SCRAM-SHA-256", "4096"] in [line.split() for line in listing]
+    assert ["bob", "SCRAM-SHA-512", "8192"] in [line.split() for line in listing]
+    for mechanism, password in (("SCRAM-SHA-512", "bob-secret"), ("SCRAM-SHA-256", "bob-256")):
+        with Admin(sasl_conf(sasl_broker, mechanism, "bob", password)) as admin:
+            admin.list_topics()
+    ok(oncelog_cli("users", "remove", "bob", *connection))
+    assert "bob" not in ok(oncelog_cli("users", "list", *connection))
+    with pytest.raises(AuthenticationError):
+        Admin(sasl_conf(sasl_broker, "SCRAM-SHA-512", "bob", "bob-secret")).list_topics()
+    missing = oncelog_cli("users", "remove", "bob", *connection)
+    assert missing.returncode == 1 and "RESOURCE_NOT_FOUND" in missing.stderr
+    refused = oncelog_cli("users", "list", "--bootstrap-server", sasl_broker.bootstrap)
+    assert refused.returncode == 1  # no login: the broker closes the connection
+
+
+def test_alter_and_describe_scram_credentials_errors(sasl_broker: BrokerProcess) -> None:
+    with Admin(sasl_conf(sasl_broker, "PLAIN", "admin", "admin-secret")) as admin:
+        results = admin.alter_user_scram_credentials([
+            ScramUpsertion("weak", "SCRAM-SHA-256", "pw", iterations=1000),
+            ScramUpsertion("strong", "SCRAM-SHA-256", "pw", iterations=16385),
+            ScramUpsertion("sha1", "SCRAM-SHA-1", "pw"),
+            ScramUpsertion("", "SCRAM-SHA-256", "pw"),
+            ScramDeletion("ghost", "SCRAM-SHA-256"),
+            ScramUpsertion("twice", "SCRAM-SHA-256", "pw"),
+            ScramUpsertion("twice", "SCRAM-SHA-512", "pw"),
+            ScramUpsertion("fine", "SCRAM-SHA-256", "pw"),
+        ])
+        codes = {user: None if error is None else error.code for user, error in results.items()}
+        assert codes == {
+            "weak": ErrorCode.unacceptable_credential,
+            "strong": ErrorCode.unacceptable_credential,
+            "sha1": ErrorCode.unsupported_sasl_mechanism,
+            "": ErrorCode.unacceptable_credential,
+            "ghost": ErrorCode.resource_not_found,
+            "twice": ErrorCode.duplicate_resource,
+            "fine": None,
+        }
+        described = admin.describe_user_scram_credentials(["fine", "ghost"])
+        assert described["fine"] == {"SCRAM-SHA-256": 4096}
+        ghost = described["ghost"]
+        assert isinstance(ghost, KafkaClientError)
+        assert ghost.code == ErrorCode.resource_not_found
+        assert set(admin.describe_user_scram_credentials()) == {"fine"}
