@@ -377,3 +377,5 @@ def test_alter_and_describe_scram_credentials_errors(sasl_broker: BrokerProcess)
         assert isinstance(ghost, KafkaClientError)
         assert ghost.code == ErrorCode.resource_not_found
         assert set(admin.describe_user_scram_credentials()) == {"fine"}
+    # the request ran as the authenticated principal (RequestContext.session)
+    assert "SCRAM credentials altered by User:admin" in broker_output(sasl_broker)
