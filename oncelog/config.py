@@ -33,7 +33,7 @@ from oncelog.config_registry import (
     STORAGE_ENGINE_SCHEMES,
     SYNONYM_UNIT_MS,
     TOPIC_CONFIGS,
-    broker_config_key,
+    broker_key,
     split_log_dirs,
     storage_engine_scheme,
 )
@@ -107,7 +107,7 @@ class BrokerConfig:
             ConfigSource.STATIC_BROKER_CONFIG: {},
         }
         for name, text in (overrides or {}).items():
-            key = broker_config_key(name)
+            key = broker_key(name)
             if key is None:
                 raise ValueError(f"unknown broker config {name!r}")
             try:
@@ -142,7 +142,7 @@ class BrokerConfig:
         for source, layer in self._layers.items():
             if name in layer:
                 return layer[name], source
-        key = broker_config_key(name)
+        key = broker_key(name)
         if key is None:
             raise KeyError(name)
         return key.default, ConfigSource.DEFAULT_CONFIG

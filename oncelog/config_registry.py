@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from oncelog.config_key import INT_MAX, LONG_MAX, ConfigKey, ConfigType, Dynamic
+from oncelog.security.tls import CLIENT_AUTH
 
 STORAGE_ENGINE_SCHEMES = ("file", "memory")
 """Partition engines ``storage.engine`` may name (see oncelog.storage.engines)."""
@@ -56,10 +57,11 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 COMPACTION = "log compaction is not implemented yet"
 REPLICATION = "oncelog runs a single node: there is no replication yet"
 REMOTE = "tiered (remote) storage is not implemented"
-T, B, INT, L, S, D, LS = (
+T, B, INT, L, S, D, LS, PW = (
     ConfigType.STRING, ConfigType.BOOLEAN, ConfigType.INT, ConfigType.LONG,
-    ConfigType.SHORT, ConfigType.DOUBLE, ConfigType.LIST,
+    ConfigType.SHORT, ConfigType.DOUBLE, ConfigType.LIST, ConfigType.PASSWORD,
 )
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def _key(name: str, type_: ConfigType, default: Any, doc: str, **kwargs: Any) -> ConfigKey:
@@ -181,14 +183,48 @@ _BROKER_KEYS = [
          "topics.json.", parser=_log_dirs_text),
     _key("storage.engine", T, "file:", "Partition engine: file: (segments on disk) or "
          "memory: (lost on stop).", parser=_engine_url),
-    _key("listeners", LS, "PLAINTEXT://:9092", "Address the broker listens on (from "
-         "oncelog serve --listen)."),
-    _key("advertised.listeners", LS, None, "Address clients are told to connect to (from "
-         "--advertised, else the listener)."),
+    _key("listeners", LS, "PLAINTEXT://:9092", "Comma-separated NAME://HOST:PORT the "
+         "broker listens on, one server each (oncelog serve --listen HOST:PORT sets the "
+         "PLAINTEXT one)."),
+    _key("advertised.listeners", LS, None, "NAME://HOST:PORT clients are told to connect "
+         "to, per listener name (default: listeners; --advertised sets the PLAINTEXT one)."),
     _key("listener.security.protocol.map", T,
          "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
-         "Security protocol of each listener name."),
-    _key("inter.broker.listener.name", T, None, "Listener brokers use between themselves."),
+         "Security protocol of each listener name (NAME:PROTOCOL, comma-separated)."),
+    _key("inter.broker.listener.name", T, None, "Listener brokers use between themselves "
+         "(default: the listener named after security.inter.broker.protocol)."),
+    _key("security.inter.broker.protocol", T, "PLAINTEXT", "Security protocol between "
+         "brokers; only one of it and inter.broker.listener.name may be set.",
+         choices=SECURITY_PROTOCOLS),
+    # TLS (oncelog.security.tls); each may be set per listener as
+    # listener.name.<lowercase listener name>.ssl.*.
+    _key("ssl.keystore.location", T, None, "PEM file with this broker's certificate chain "
+         "and private key (SSL listeners; also the client certificate between brokers)."),
+    _key("ssl.keystore.type", T, "JKS", "Format of the keystore file; oncelog reads PEM."),
+    _key("ssl.keystore.password", PW, None, "Password of the keystore (refused with PEM "
+         "stores, as Kafka does: only ssl.key.password applies).",
+         sensitive=True),
+    _key("ssl.key.password", PW, None, "Password of the private key in the keystore file.",
+         sensitive=True),
+    _key("ssl.truststore.location", T, None, "PEM bundle of the CAs trusted for client "
+         "certificates and, between brokers, for the other brokers' certificates."),
+    _key("ssl.truststore.type", T, "JKS", "Format of the truststore file; oncelog reads "
+         "PEM."),
+    _key("ssl.truststore.password", PW, None, "Password of the truststore (refused with "
+         "PEM stores, as Kafka does).",
+         sensitive=True),
+    _key("ssl.client.auth", T, "none", "Client certificates on SSL listeners: required, "
+         "requested (verified if presented) or none.", choices=CLIENT_AUTH),
+    _key("ssl.enabled.protocols", LS, "TLSv1.2,TLSv1.3", "TLS versions allowed."),
+    _key("ssl.protocol", T, "TLSv1.3", "TLS protocol of the context (TLSv1.2 leaves TLS 1.3 "
+         "out)."),
+    _key("ssl.cipher.suites", LS, "", "TLS 1.2 cipher suites allowed (OpenSSL names; "
+         "empty: the defaults)."),
+    _key("ssl.endpoint.identification.algorithm", T, "https", "Between brokers: https "
+         "checks the other broker's host name against its certificate, empty does not."),
+    _key("ssl.principal.mapping.rules", T, "DEFAULT", "How a client certificate's subject "
+         "becomes a principal: DEFAULT is User:<subject DN in RFC 2253 form>.",
+         choices=("DEFAULT",)),
     _key("auto.create.topics.enable", B, True, "Create a topic when a client first uses it."),
     _key("num.partitions", INT, 1, "Partition count of auto-created topics.", at_least=1),
     _key("default.replication.factor", INT, 1, "Replication factor of auto-created topics.",
@@ -343,6 +379,28 @@ def _broker_keys() -> dict[str, ConfigKey]:
 
 BROKER_KEYS: dict[str, ConfigKey] = _broker_keys()
 
+
+LISTENER_PREFIX = "listener.name."
+LISTENER_OVERRIDABLE = ("ssl.",)
+"""Broker configs a listener may override as ``listener.name.<listener>.<config>``
+(Kafka's per-listener security configs; the SASL helper adds its own prefixes)."""
+
+
+def broker_key(name: str) -> ConfigKey | None:
+    """The key of a broker config name: a registered one, or a per-listener override
+    ``listener.name.<lowercase listener>.<config>`` of an overridable config (Kafka's
+    per-listener security settings), unset by default; None for an unknown name."""
+    key = BROKER_KEYS.get(name)
+    if key is not None or not name.startswith(LISTENER_PREFIX):
+        return key
+    listener, dot, base = name[len(LISTENER_PREFIX):].partition(".")
+    base_key = BROKER_KEYS.get(base)
+    if not listener or not dot or base_key is None or not base.startswith(LISTENER_OVERRIDABLE):
+        return sasl_jaas_key(name)
+    return replace(base_key, name=name, default=None,
+                   doc=f"{base} of the {listener.upper()} listener.")
+
+
 SASL_JAAS_SUFFIXES = tuple(f".{m}.sasl.jaas.config"
                            for m in ("plain", "scram-sha-256", "scram-sha-512"))
 
@@ -355,8 +413,3 @@ def sasl_jaas_key(name: str) -> ConfigKey | None:
         return None
     return ConfigKey(name, ConfigType.PASSWORD, None, "JAAS login module line of a SASL "
                      "mechanism on a listener.", sensitive=True)
-
-
-def broker_config_key(name: str) -> ConfigKey | None:
-    """A registered broker config, or a per-listener SASL JAAS line; None if unknown."""
-    return BROKER_KEYS.get(name) or sasl_jaas_key(name)

@@ -47,6 +47,7 @@ from tests.support.kafkajs import KafkaJSAdmin, KafkaJSMissing  # noqa: E402
 from tests.support.kafkajs import node_binary as kafkajs_node  # noqa: E402
 from tests.support.kafkajs import run_admin as kafkajs_run_admin  # noqa: E402
 from tests.support.names import unique_topic  # noqa: E402
+from tests.support.tls import TlsMaterial  # noqa: E402
 
 __all__ = ["unique_topic"]
 
@@ -203,3 +204,10 @@ def kafkajs_admin() -> KafkaJSAdmin:
     except KafkaJSMissing as exc:
         pytest.fail(f"KafkaJS unavailable: {exc}", pytrace=False)
     return kafkajs_run_admin
+
+
+@pytest.fixture(scope="session")
+def tls_material(tmp_path_factory: pytest.TempPathFactory) -> TlsMaterial:
+    """Test certificates as PEM files (``tests.support.tls``): a CA, a broker certificate
+    for 127.0.0.1/localhost, a client certificate, and an untrusted CA and client."""
+    return TlsMaterial.create(tmp_path_factory.mktemp("tls"))

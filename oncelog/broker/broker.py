@@ -47,6 +47,7 @@ from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
 from oncelog.broker.dynamic_config import describe_listeners, load_dynamic_configs
 from oncelog.broker.internal_topic_store import InternalTopicStore
+from oncelog.broker.listeners import EndPoint, inter_broker_client_tls, plan_listeners
 from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.metrics import bind_metrics, scraper, serve_metrics
@@ -70,7 +71,7 @@ class Broker:
         config: BrokerConfig,
         *,
         data_dir: Path,
-        listen: tuple[str, int],
+        listen: tuple[str, int] | None = None,
         advertised: tuple[str, int] | None = None,
         clock: Clock | None = None,
         metrics_listen: tuple[str, int] | None = None,
@@ -82,8 +83,12 @@ class Broker:
         self.clock: Clock = clock or SystemClock()
         self.data_dir = data_dir
         self.node_id = int(config["node.id"])
-        self.listen_host, self.listen_port = listen
-        self._advertised = advertised
+        # Every listener, validated (ConfigError naming the key) before anything is bound.
+        self.listeners = plan_listeners(config, listen, advertised)
+        self.peer_tls = inter_broker_client_tls(config) if cluster_mode(config) else None
+        first = self.listeners.listeners[0].endpoint
+        self.listen_host, self.listen_port = first.host, first.port
+        self.advertised: tuple[EndPoint, ...] = ()  # with the bound ports, once bound
         self.cluster_id = ""
         self.partitions = PartitionRegistry(data_dir, config, self.clock)
         self.cleaner = LogCleaner(self.partitions, config, self.clock)
@@ -95,25 +100,35 @@ class Broker:
         self.member = (ClusterMember(config, self.partitions, clock=self.clock)
                        if cluster_mode(config) else None)
         self.services: BrokerContext | None = None  # built once storage is loaded
-        self.server = Server(config, self.listen_host, self.listen_port)
+        self.server = Server(config, listeners=self.listeners.listeners)
         self._lock = DataDirLock(data_dir)
         self._stop = asyncio.Event()
 
     @property
+    def inter_broker_endpoint(self) -> EndPoint:
+        """The inter-broker listener's advertised endpoint (what other brokers dial)."""
+        if not self.advertised:
+            self.advertised = self.listeners.advertised_for(self.server.bound)
+        return next(e for e in self.advertised if e.name == self.listeners.inter_broker)
+
+    @property
     def advertised_host(self) -> str:
-        return self._advertised[0] if self._advertised else self.listen_host
+        return self.inter_broker_endpoint.host
 
     @property
     def advertised_port(self) -> int:
-        return self._advertised[1] if self._advertised else self.server.port
+        return self.inter_broker_endpoint.port
+
+    def _advertised_listeners(self) -> tuple[tuple[str, str, int], ...]:
+        self.inter_broker_endpoint  # noqa: B018 - fills self.advertised once bound
+        return tuple((e.name, e.host, e.port) for e in self.advertised)
 
     def _start_storage(self) -> None:
         api.load_all()
         if self.member is None:
             self.cluster_id = load_meta(self.data_dir, self.node_id).cluster_id
-        describe_listeners(self.config, (self.listen_host, self.server.port),
-                           (self.advertised_host, self.advertised_port),
-                           self.server.listener_name, self.server.security_protocol)
+        describe_listeners(self.config, self.server.bound, self.listeners.advertised_for(
+            self.server.bound), self.listeners.inter_broker)
         load_dynamic_configs(self.data_dir, self.config)
         internal = {
             name: (spec.partitions, spec.configs)
@@ -142,7 +157,8 @@ class Broker:
                                replication),
             self.producer_ids,  # the one source of producer ids, idempotent ones included
             local_markers if self.member is None
-            else ClusterMarkerWriter(self.member.view, local_markers),
+            else ClusterMarkerWriter(self.member.view, local_markers, peers=PeerConnections(
+                self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls)),
             self.clock,
         )
         if self.member is None:
@@ -167,15 +183,16 @@ class Broker:
             cleaner=self.cleaner,
             credentials=FileCredentialStore(self.data_dir),
             txn_verifier=None if self.member is None else RemoteTxnVerifier(
-                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS)),
+                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls)),
             elections=None if self.member is None else ClusterElections(
                 self.member.controller, self.member.cache,
-                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS)),
+                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls)),
         )
 
     def _cluster_view(self, node: NodeIdentity) -> ClusterView:
         if self.member is None:
-            return LocalClusterView(BrokerEndpoint(node.node_id, node.host, node.port),
+            return LocalClusterView(BrokerEndpoint(node.node_id, node.host, node.port,
+                                                   listeners=self._advertised_listeners()),
                                     self.partitions)
         return self.member.view
 
@@ -205,7 +222,8 @@ class Broker:
                 self.cluster_id = await self.member.connect(self.data_dir)
             self._start_storage()
             if self.member is not None:
-                await self.member.join(self.advertised_host, self.advertised_port)
+                await self.member.join(self.advertised_host, self.advertised_port,
+                                       self._advertised_listeners())
             await self._serve(on_ready, metrics_server, console)
         finally:
             if self.member is not None:

@@ -46,6 +46,31 @@ class BrokerEndpoint:
     host: str
     port: int
     rack: str | None = None
+    # Every advertised listener (name, host, port); empty: one endpoint for all listeners.
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+    def on(self, listener: str) -> BrokerEndpoint | None:
+        """This broker as reached on ``listener`` (Kafka's Node of that listener); None if
+        the broker does not advertise it."""
+        if not self.listeners:
+            return self
+        for name, host, port in self.listeners:
+            if name == listener:
+                return BrokerEndpoint(self.node_id, host, port, self.rack, self.listeners)
+        return None
+
+
+def brokers_on(view: ClusterView, listener: str) -> list[BrokerEndpoint]:
+    """The live brokers that advertise ``listener``, at its endpoints (Kafka's
+    getAliveBrokerNodes(listenerName)): Metadata and DescribeCluster list these."""
+    return [e for b in view.brokers() if (e := b.on(listener)) is not None]
+
+
+def broker_on(view: ClusterView, node_id: int, listener: str) -> BrokerEndpoint | None:
+    """Live broker ``node_id`` at its ``listener`` endpoint; None if it is not alive or
+    lacks that listener (Kafka's getAliveBrokerNode(id, listenerName))."""
+    broker = view.broker(node_id)
+    return None if broker is None else broker.on(listener)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,14 @@ _FILE_KEYS = {
 
 
 def describe_listeners(
-    config: BrokerConfig, listen: tuple[str, int], advertised: tuple[str, int],
-    name: str = "PLAINTEXT", protocol: str = "PLAINTEXT",
+    config: BrokerConfig, bound: Sequence[object], advertised: Sequence[object],
+    inter_broker: str,
 ) -> None:
-    """Record the listener settings the broker runs with (one listener)."""
-    config.set_static("listeners", f"{name}://{listen[0]}:{listen[1]}")
-    config.set_static("advertised.listeners", f"{name}://{advertised[0]}:{advertised[1]}")
-    config.set_static("listener.security.protocol.map", f"{name}:{protocol}")
-    config.set_static("inter.broker.listener.name", name)
+    """Record the listener settings the broker runs with: the listeners as bound (ports
+    resolved), as advertised, and the inter-broker listener's name."""
+    config.set_static("listeners", ",".join(str(e) for e in bound))
+    config.set_static("advertised.listeners", ",".join(str(e) for e in advertised))
+    config.set_static("inter.broker.listener.name", inter_broker)
 
 
 def load_dynamic_configs(data_dir: Path, config: BrokerConfig) -> None:

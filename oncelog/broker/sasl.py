@@ -91,16 +91,6 @@ def plain_users(config: BrokerConfig, listener: str) -> dict[str, str]:
     return parse_jaas_config(text).plain_users if text else {}
 
 
-def listener_protocol(config: BrokerConfig) -> tuple[str, str]:
-    """The name and security protocol of the (first) listener in ``listeners``, through
-    ``listener.security.protocol.map``."""
-    first = str(config["listeners"]).split(",")[0]
-    name = first.partition("://")[0].strip().upper() or "PLAINTEXT"
-    protocols = dict(pair.split(":", 1) for pair in
-                     str(config["listener.security.protocol.map"]).split(",") if ":" in pair)
-    return name, protocols.get(name, name)
-
-
 def enabled_mechanisms(config: BrokerConfig) -> tuple[str, ...]:
     return tuple(m for m in str(config["sasl.enabled.mechanisms"]).split(",") if m)
 

@@ -11,22 +11,32 @@ of a KafkaError, in every entry, and the connection stays open.
 The server knows the broker only through the services it is started with
 (``BrokerContext``), which every request's ``RequestContext`` carries to its handler.
 
-On a SASL listener each connection passes through its ``SaslConnection`` gate first
-(oncelog.broker.sasl): until it is authenticated only the SASL exchange is served, and
-its requests then run as the authenticated principal.
+It serves every listener of the broker (oncelog.broker.listeners), one asyncio server each,
+sharing the connection limit and the request slots. A connection's ``Session`` is made
+once, when it is accepted (``connection_session``): the listener's name and security
+protocol, and the principal — ``User:<subject DN>`` of a TLS client certificate, else
+``User:ANONYMOUS``. A TLS handshake that fails (a plaintext client, an untrusted or missing
+certificate) closes only that connection, with one log line.
+
+On a SASL listener (SASL_PLAINTEXT, SASL_SSL) each connection passes through its
+``SaslConnection`` gate first (oncelog.broker.sasl): until it is authenticated only the
+SASL exchange is served, and its requests then run as the authenticated principal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 from typing import Any
 
 from oncelog.broker.api import HANDLERS, SUPPORTED, RequestContext
 from oncelog.broker.api.api_versions import unsupported_version_response
 from oncelog.broker.context import BrokerContext
-from oncelog.broker.sasl import SASL_PROTOCOLS, SaslConnection, listener_protocol
+from oncelog.broker.listeners import EndPoint, Listener
+from oncelog.broker.sasl import SASL_PROTOCOLS, SaslConnection
 from oncelog.config import BrokerConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import handler_fault
@@ -40,21 +50,40 @@ from oncelog.protocol.codec import (
     parse_request_header,
 )
 from oncelog.protocol.error_response import error_response
-from oncelog.security.principal import Session, anonymous_session
+from oncelog.security.principal import ANONYMOUS, Session
+from oncelog.security.tls import principal_from_certificate
 
 log = logging.getLogger(__name__)
 
 PRODUCE_API_KEY = 0
 
 
+def connection_session(listener: EndPoint, writer: asyncio.StreamWriter, host: str) -> Session:
+    """Who is on a newly accepted connection of ``listener`` (see the module docstring).
+    SASL listeners start anonymous here and are authenticated by their SASL exchange."""
+    certificate = None
+    ssl_object = writer.get_extra_info("ssl_object")
+    if ssl_object is not None:
+        certificate = ssl_object.getpeercert()
+    return Session(principal_from_certificate(certificate), host, listener.name,
+                   listener.protocol)
+
+
 class Server:
     def __init__(
-        self, config: BrokerConfig, host: str, port: int, services: BrokerContext | None = None
+        self,
+        config: BrokerConfig,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        services: BrokerContext | None = None,
+        *,
+        listeners: tuple[Listener, ...] | None = None,
     ) -> None:
         self.config = config
         self.services = services  # set by start(); handlers receive it
-        self.host = host
-        self.port = port
+        self.listeners = listeners or (Listener(EndPoint("PLAINTEXT", host, port, "PLAINTEXT")),)
+        self.bound: list[EndPoint] = []  # the listeners' endpoints with their bound ports
+        self._servers: list[asyncio.Server] = []
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()  # connections inside a request
@@ -62,24 +91,46 @@ class Server:
         # connections; when they are all taken, connections wait before handling more.
         self._request_slots = asyncio.Semaphore(int(config["queued.max.requests"]))
         self._stopping = False
-        self.listener_name, self.security_protocol = listener_protocol(config)
 
-    def _sasl_gate(self, host: str) -> SaslConnection | None:
-        if self.security_protocol not in SASL_PROTOCOLS or self.services is None:
+    def _sasl_gate(self, session: Session) -> SaslConnection | None:
+        """The SASL exchange a connection of a SASL listener must pass (None otherwise)."""
+        if session.security_protocol not in SASL_PROTOCOLS or self.services is None:
             return None
         assert self.services.credentials is not None
-        return SaslConnection(self.config, self.services.credentials, self.listener_name,
-                              self.security_protocol, host)
+        return SaslConnection(self.config, self.services.credentials, session.listener,
+                              session.security_protocol, session.client_host)
+
+    @property
+    def host(self) -> str:
+        """The first listener's host (the one ``oncelog ready on`` names)."""
+        return self.listeners[0].endpoint.host
+
+    @property
+    def port(self) -> int:
+        """The first listener's port (bound once ``bind`` ran)."""
+        return self.bound[0].port if self.bound else self.listeners[0].endpoint.port
 
     async def bind(self) -> None:
-        """Bind the listening socket without accepting yet (an OSError if the address is
+        """Bind every listening socket without accepting yet (an OSError if an address is
         busy), so that a busy port fails before the data directory is touched."""
-        self._server = await asyncio.start_server(
-            self._on_connection, self.host, self.port, reuse_address=True, limit=2**20,
-            start_serving=False,
-        )
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        for listener in self.listeners:
+            endpoint = listener.endpoint
+            try:
+                server = await asyncio.start_server(
+                    functools.partial(self._on_connection, endpoint), endpoint.host or None,
+                    endpoint.port, reuse_address=True, limit=2**20, start_serving=False,
+                    ssl=listener.tls, ssl_handshake_timeout=10.0 if listener.tls else None,
+                )
+            except OSError:
+                for bound in self._servers:
+                    bound.close()
+                raise
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            self.bound.append(dataclasses.replace(endpoint, port=port))
+            log.info("listener %s bound on %s:%d (%s)", endpoint.name, endpoint.host, port,
+                     endpoint.protocol)
+        self._server = self._servers[0]
 
     async def start(self, services: BrokerContext) -> None:
         """Accept connections, answering them with ``services`` (binding first if ``bind``
@@ -87,14 +138,14 @@ class Server:
         self.services = services
         if self._server is None:
             await self.bind()
-        assert self._server is not None
-        await self._server.start_serving()
+        for server in self._servers:
+            await server.start_serving()
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish, then close every connection."""
         self._stopping = True
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for _ in range(300):  # up to ~30 s for in-flight requests
             if not self._busy:
                 break
@@ -104,11 +155,11 @@ class Server:
         for task in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
 
     async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, listener: EndPoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -121,7 +172,12 @@ class Server:
             return
         self._connections.add(task)
         try:
-            await self._serve(reader, writer, host, task, self._sasl_gate(host))
+            session = connection_session(listener, writer, host)
+            # authenticated connections at INFO (the audit trail), anonymous ones at DEBUG
+            log.log(logging.DEBUG if session.principal == ANONYMOUS else logging.INFO,
+                    "connection from %s on listener %s as %s", peer, listener.name,
+                    session.principal)
+            await self._serve(reader, writer, session, task, self._sasl_gate(session))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -139,13 +195,13 @@ class Server:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        host: str,
+        session: Session,
         task: asyncio.Task[None],
         sasl: SaslConnection | None = None,
     ) -> None:
+        host = session.client_host
         max_bytes = int(self.config["socket.request.max.bytes"])
         idle_s = int(self.config["connections.max.idle.ms"]) / 1000
-        session = anonymous_session(host)
         while not self._stopping:
             # Before SASL authentication the whole frame must come by the deadline.
             pending = sasl is not None and not sasl.authenticated
@@ -178,7 +234,7 @@ class Server:
             self._busy.add(task)
             try:
                 async with self._request_slots:
-                    response = await self._handle(frame, host, session)
+                    response = await self._handle(frame, session)
             finally:
                 self._busy.discard(task)
             if response is None:
@@ -188,9 +244,9 @@ class Server:
             writer.write(response)
             await writer.drain()
 
-    async def _handle(self, frame: bytes, host: str,
-                      session: Session | None = None) -> bytes | bool | None:
+    async def _handle(self, frame: bytes, session: Session) -> bytes | bool | None:
         """The response frame, None when none is due (acks=0), False to close."""
+        host = session.client_host
         try:
             head = parse_request_header(frame)
         except KafkaError as exc:
@@ -233,7 +289,7 @@ class Server:
             client_id=header.client_id,
             client_host=host,
             services=self.services,
-            session=session or anonymous_session(host),
+            session=session,
         )
         try:
             handler_fault(header.api_key)

@@ -95,6 +95,23 @@ def add_bootstrap_option(group: argparse._ActionsContainer) -> None:
         type=bootstrap_servers,
         help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
     )
+    group.add_argument(
+        "--command-config", type=Path, default=None, metavar="FILE",
+        help="properties file of client configs, as Kafka's tools take, e.g. "
+             "security.protocol=SSL and ssl.truststore.location=ca.pem (default: none)",
+    )
+
+
+def command_configs(args: argparse.Namespace) -> dict[str, object]:
+    """The client configs of ``--command-config FILE`` (none without it); CommandError
+    (exit 2) if the file cannot be read."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return {}
+    try:
+        return dict(parse_properties(path.read_text()))
+    except OSError as exc:
+        raise CommandError(f"cannot read --command-config {path}: {exc.strerror}", 2) from None
 
 
 def connection_options() -> argparse.ArgumentParser:
@@ -106,24 +123,8 @@ def connection_options() -> argparse.ArgumentParser:
         "--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
         help=f"give up on an operation after this long (default {DEFAULT_TIMEOUT_MS})",
     )
-    group.add_argument(
-        "--command-config", type=Path, default=None, metavar="FILE",
-        help="client configs for the connection, as a properties file (kafka-*.sh's "
-        "option): security.protocol, sasl.mechanism, sasl.jaas.config, ...",
-    )
     group.add_argument("-v", "--verbose", action="store_true", help="log client activity")
     return parent
-
-
-def command_configs(args: argparse.Namespace) -> dict[str, str]:
-    """The client configs of ``--command-config`` (none without it)."""
-    path = getattr(args, "command_config", None)
-    if path is None:
-        return {}
-    try:
-        return parse_properties(path.read_text())
-    except OSError as exc:
-        raise CommandError(f"cannot read --command-config: {exc}", 2) from None
 
 
 def admin_config(args: argparse.Namespace) -> dict[str, object]:

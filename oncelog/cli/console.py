@@ -29,6 +29,7 @@ from oncelog.cli.common import (
     CommandError,
     add_bootstrap_option,
     admin_config,
+    command_configs,
     open_admin,
     run_command,
 )
@@ -245,6 +246,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         "acks": args.acks, "compression.type": args.compression_type,
         "delivery.timeout.ms": max(timeout, 1000), "request.timeout.ms": timeout,
         "max.block.ms": timeout, "allow.auto.create.topics": True,
+        **command_configs(args),
     }
     if args.acks in ("0", "1"):
         producer_config["enable.idempotence"] = False
@@ -253,7 +255,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
     records = (_json_records(_lines(args), headers) if args.format == "json"
                else _text_records(_lines(args), props, headers))
     with open_admin(argparse.Namespace(bootstrap_server=args.bootstrap_server,
-                                       timeout_ms=args.timeout_ms)) as admin:
+                                       timeout_ms=args.timeout_ms,
+                                       command_config=args.command_config)) as admin:
         if args.topic not in admin.list_topics(internal=True):
             raise CommandError(f"topic {args.topic!r} does not exist")
     producer = Producer(producer_config)
@@ -392,7 +395,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
     formatter = Formatter(args)
     if args.offset is not None and args.group is not None:
         raise CommandError("--offset cannot be used with --group", 2)
-    conn = argparse.Namespace(bootstrap_server=args.bootstrap_server, timeout_ms=30000)
+    conn = argparse.Namespace(bootstrap_server=args.bootstrap_server, timeout_ms=30000,
+                              command_config=args.command_config)
     config: dict[str, Any] = {
         **admin_config(conn), "client.id": "oncelog-console-consumer",
         "isolation.level": args.isolation_level,

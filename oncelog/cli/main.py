@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import cast
 
 from oncelog.cli.common import BROKEN_PIPE_EXIT, OncelogParser, exit_quietly_on_broken_pipe
-from oncelog.config import BrokerConfig, split_log_dirs
+from oncelog.config import BrokerConfig, ConfigSource, split_log_dirs
 
 NONROUTABLE_HOSTS = frozenset({"0.0.0.0", "::"})
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -64,11 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", type=Path, default=None,
                        help="directory of the broker's files (default: the first entry of "
                             "log.dirs, ./data)")
-    serve.add_argument("--listen", type=_host_port, default=("127.0.0.1", 9092),
-                       metavar="HOST:PORT",
-                       help="address to accept Kafka clients on (default 127.0.0.1:9092)")
+    serve.add_argument("--listen", type=_host_port, default=None, metavar="HOST:PORT",
+                       help="the PLAINTEXT listener's address (default 127.0.0.1:9092 "
+                            "unless -c listeners=... names the listeners)")
     serve.add_argument("--advertised", type=_host_port, default=None, metavar="HOST:PORT",
-                       help="address clients are told to connect to (default: --listen)")
+                       help="address clients of the PLAINTEXT listener are told to connect "
+                            "to (default: --listen)")
     serve.add_argument("--node-id", type=int, default=None, metavar="ID",
                        help="this broker's id, the same as -c node.id=ID (default 1)")
     serve.add_argument("--config-file", type=Path, default=None, metavar="FILE",
@@ -135,7 +136,10 @@ def serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"oncelog: bad configuration: {exc}", file=sys.stderr)
         return 2
-    advertised_host = (args.advertised or args.listen)[0]
+    listen = args.listen
+    if listen is None and config.value_and_source("listeners")[1] is ConfigSource.DEFAULT_CONFIG:
+        listen = ("127.0.0.1", 9092)
+    advertised_host = (args.advertised or listen or ("", 0))[0]
     if advertised_host in NONROUTABLE_HOSTS:
         print(
             f"oncelog: bad configuration: the advertised address cannot use the nonroutable "
@@ -145,14 +149,18 @@ def serve(args: argparse.Namespace) -> int:
         )
         return 2
     data_dir = args.data_dir or Path(split_log_dirs(config["log.dirs"])[0])
-    broker = Broker(
-        config,
-        data_dir=data_dir,
-        listen=args.listen,
-        advertised=args.advertised,
-        metrics_listen=args.metrics,
-        ui_listen=args.ui,
-    )
+    try:
+        broker = Broker(
+            config,
+            data_dir=data_dir,
+            listen=listen,
+            advertised=args.advertised,
+            metrics_listen=args.metrics,
+            ui_listen=args.ui,
+        )
+    except ValueError as exc:  # listeners / TLS settings (ConfigError names the key)
+        print(f"oncelog: bad configuration: {exc}", file=sys.stderr)
+        return 2
 
     def on_ready(host: str, port: int) -> None:
         print(f"oncelog ready on {host}:{port}", flush=True)

@@ -10,12 +10,14 @@ ignored (so one dict can be shared with other Kafka clients); a bad value raises
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from oncelog.client.errors import ConfigError
 from oncelog.records.batch import Compression
+from oncelog.security.tls import SslSettings, TlsConfigError, client_context
 
 logger = logging.getLogger(__name__)
 
@@ -140,9 +142,19 @@ _OPTIONS: dict[str, _Option] = {
     "socket.connection.setup.timeout.ms": _Option(10000, _int),
     "metadata.max.age.ms": _Option(300000, _int),
     "allow.auto.create.topics": _Option(True, _bool),
+    # security (TLS; PEM files, as the Java client's ssl.*.type=PEM)
+    "security.protocol": _Option("PLAINTEXT", _security_protocol),
+    "ssl.truststore.location": _Option(None, _opt_str),
+    "ssl.truststore.type": _Option("PEM", _opt_str),
+    "ssl.keystore.location": _Option(None, _opt_str),
+    "ssl.keystore.type": _Option("PEM", _opt_str),
+    "ssl.key.password": _Option(None, _opt_str),
+    "ssl.endpoint.identification.algorithm": _Option("https", _str),
+    "ssl.enabled.protocols": _Option("TLSv1.2,TLSv1.3", _str),
+    "ssl.protocol": _Option("TLSv1.3", _str),
+    "ssl.cipher.suites": _Option(None, _opt_str),
     # security (oncelog.client.sasl): librdkafka's sasl.username / sasl.password, or the
     # Java client's sasl.jaas.config; sasl.mechanisms is librdkafka's spelling.
-    "security.protocol": _Option("PLAINTEXT", _security_protocol),
     "sasl.mechanism": _Option("GSSAPI", _str),
     "sasl.mechanisms": _Option(None, _opt_str),
     "sasl.username": _Option(None, _opt_str),
@@ -208,6 +220,22 @@ class ClientConfig:
 
     def is_set(self, name: str) -> bool:
         return name in self._values
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context of ``security.protocol=SSL`` or ``SASL_SSL`` (None otherwise): trust from
+        ``ssl.truststore.location``, a client certificate from ``ssl.keystore.location``
+        (mutual TLS), host names checked unless ``ssl.endpoint.identification.algorithm``
+        is empty. ConfigError naming the setting when a file cannot be used."""
+        if self["security.protocol"] not in ("SSL", "SASL_SSL"):
+            return None
+        settings = SslSettings.from_lookup(
+            lambda name: self[name] if name in _OPTIONS else None)
+        settings = replace(settings, truststore_type=str(self["ssl.truststore.type"]),
+                           keystore_type=str(self["ssl.keystore.type"]))
+        try:
+            return client_context(settings)
+        except TlsConfigError as exc:
+            raise ConfigError(str(exc)) from None
 
     @property
     def bootstrap(self) -> list[tuple[str, int]]:

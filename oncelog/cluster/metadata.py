@@ -45,7 +45,10 @@ class BrokerRegistration:
     the broker stops renewing it). ``epoch`` is the broker epoch: the store's revision of
     the registration, new for every registration, so a restarted broker is told apart from
     its previous life. ``shutting_down`` is set by a broker asking for a controlled
-    shutdown: the controller moves leadership away from it."""
+    shutdown: the controller moves leadership away from it. ``host``/``port`` are its
+    inter-broker listener's advertised endpoint (what other brokers connect to);
+    ``listeners`` every advertised listener as (name, host, port), which clients are told
+    per the listener their request came in on."""
 
     node_id: int
     host: str
@@ -53,6 +56,7 @@ class BrokerRegistration:
     rack: str | None = None
     epoch: int = -1
     shutting_down: bool = False
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

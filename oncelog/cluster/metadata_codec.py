@@ -164,6 +164,8 @@ def encode_broker(registration: BrokerRegistration) -> bytes:
         "port": registration.port,
         "rack": registration.rack,
         "shutting_down": registration.shutting_down,
+        "listeners": [{"name": name, "host": host, "port": port}
+                      for name, host, port in registration.listeners],
     })
 
 
@@ -179,7 +181,20 @@ def decode_broker(data: bytes, epoch: int, key: str = "broker") -> BrokerRegistr
         rack=rack,
         epoch=epoch,
         shutting_down=bool(value.get("shutting_down", False)),
+        listeners=_listeners(value.get("listeners", []), key),
     )
+
+
+def _listeners(value: Any, key: str) -> tuple[tuple[str, str, int], ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"{key}: listeners must be a list, got {value!r}")
+    out = []
+    for item in value:
+        if not (isinstance(item, dict) and isinstance(item.get("name"), str)
+                and isinstance(item.get("host"), str)):
+            raise ValueError(f"{key}: a listener is {{name, host, port}}, got {item!r}")
+        out.append((item["name"], item["host"], _int(item.get("port"), key, "port")))
+    return tuple(out)
 
 
 # -- topics ----------------------------------------------------------------------------------

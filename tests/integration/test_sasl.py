@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +29,41 @@ from oncelog.client.errors import AuthenticationError, KafkaClientError
 from oncelog.client.types import ConfigResource
 from oncelog.errors import ErrorCode
 from oncelog.harness.broker import BrokerProcess
+from oncelog.harness.net import LOOPBACK, free_port
 from tests.conftest import BrokerFactory
 from tests.support.cli import ok, oncelog_cli
 from tests.support.names import unique_name, unique_topic
 
 pytestmark = pytest.mark.integration
 
+@dataclass(frozen=True)
+class SaslBroker:
+    """A broker with a SASL_PLAINTEXT listener beside the harness's PLAINTEXT one."""
+
+    process: BrokerProcess
+    host: str
+    port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.process.log_path
+
+
+def start_sasl_broker(broker_factory: BrokerFactory, **configs: Any) -> SaslBroker:
+    port = free_port(LOOPBACK)
+    process = broker_factory(configs={**SASL_CONFIGS,
+                                      "listeners": f"SASL_PLAINTEXT://{LOOPBACK}:{port}",
+                                      **configs})
+    return SaslBroker(process, LOOPBACK, port)
+
+
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
         'user_admin="admin-secret" user_alice="alice-secret";')
 SASL_CONFIGS: dict[str, Any] = {
-    "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
 }
@@ -48,21 +73,21 @@ SASL_AUTHENTICATION_FAILED = 58
 UNSUPPORTED_SASL_MECHANISM = 33
 
 
-def sasl_conf(broker: BrokerProcess, mechanism: str, user: str, password: str,
+def sasl_conf(broker: SaslBroker, mechanism: str, user: str, password: str,
               **extra: Any) -> dict[str, Any]:
     return {"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password,
             **extra}
 
 
-def broker_output(broker: BrokerProcess) -> str:
+def broker_output(broker: SaslBroker) -> str:
     """What the broker logged (without the harness's command lines, which hold the JAAS
     line the test passed with -c)."""
     return "".join(line for line in broker.log_path.read_text().splitlines(keepends=True)
                    if not line.startswith("===== start"))
 
 
-def add_scram_user(broker: BrokerProcess, mechanism: str, user: str, password: str) -> None:
+def add_scram_user(broker: SaslBroker, mechanism: str, user: str, password: str) -> None:
     admin = AdminClient(sasl_conf(broker, "PLAIN", "admin", "admin-secret"))
     upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(MECHANISMS[mechanism],
                                                                     4096), password.encode())
@@ -71,11 +96,11 @@ def add_scram_user(broker: BrokerProcess, mechanism: str, user: str, password: s
 
 
 @pytest.fixture
-def sasl_broker(broker_factory: BrokerFactory) -> Iterator[BrokerProcess]:
-    yield broker_factory(configs=SASL_CONFIGS)
+def sasl_broker(broker_factory: BrokerFactory) -> SaslBroker:
+    return start_sasl_broker(broker_factory)
 
 
-def confluent_transaction(broker: BrokerProcess, conf: dict[str, Any]) -> list[bytes]:
+def confluent_transaction(broker: SaslBroker, conf: dict[str, Any]) -> list[bytes]:
     """A transaction committed by confluent-kafka with ``conf``; what a read_committed
     consumer with the same login reads back."""
     topic = unique_topic("sasl")
@@ -99,7 +124,7 @@ def confluent_transaction(broker: BrokerProcess, conf: dict[str, Any]) -> list[b
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_confluent_kafka_transaction_over_sasl(sasl_broker: BrokerProcess,
+def test_confluent_kafka_transaction_over_sasl(sasl_broker: SaslBroker,
                                                mechanism: str) -> None:
     user, password = "alice", "alice-secret"
     if mechanism != "PLAIN":
@@ -114,7 +139,7 @@ def test_confluent_kafka_transaction_over_sasl(sasl_broker: BrokerProcess,
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_oncelog_client_transaction_over_sasl(sasl_broker: BrokerProcess,
+def test_oncelog_client_transaction_over_sasl(sasl_broker: SaslBroker,
                                               mechanism: str) -> None:
     user, password = "alice", "alice-secret"
     if mechanism != "PLAIN":
@@ -153,7 +178,7 @@ def _confluent_error(conf: dict[str, Any]) -> str:
     ("PLAIN", "alice", "wrong"), ("PLAIN", "nobody", "alice-secret"),
     ("SCRAM-SHA-256", "alice", "wrong"), ("SCRAM-SHA-256", "nobody", "x"),
 ])
-def test_wrong_password_and_unknown_user_are_refused(sasl_broker: BrokerProcess,
+def test_wrong_password_and_unknown_user_are_refused(sasl_broker: SaslBroker,
                                                      mechanism: str, user: str,
                                                      password: str) -> None:
     if mechanism != "PLAIN":
@@ -202,13 +227,13 @@ def _closed_without_answer(sock: socket.socket) -> bool:
         return True
 
 
-def _connect(broker: BrokerProcess) -> socket.socket:
+def _connect(broker: SaslBroker) -> socket.socket:
     sock = socket.create_connection((broker.host, broker.port), timeout=15)
     return sock
 
 
 def test_unknown_mechanism_answers_the_enabled_list_then_closes(
-        sasl_broker: BrokerProcess) -> None:
+        sasl_broker: SaslBroker) -> None:
     with _connect(sasl_broker) as sock:
         sock.sendall(_handshake("GSSAPI"))
         body = _read_frame(sock)[4:]  # after the correlation id
@@ -219,7 +244,7 @@ def test_unknown_mechanism_answers_the_enabled_list_then_closes(
 
 
 def test_metadata_before_authentication_gets_only_the_close(
-        sasl_broker: BrokerProcess) -> None:
+        sasl_broker: SaslBroker) -> None:
     metadata_v1 = _frame(3, 1, 7, struct.pack(">i", -1))
     with _connect(sasl_broker) as sock:
         sock.sendall(metadata_v1)
@@ -235,7 +260,7 @@ def test_metadata_before_authentication_gets_only_the_close(
 
 def test_silent_unauthenticated_connection_is_closed_in_bounded_time(
         broker_factory: BrokerFactory) -> None:
-    broker = broker_factory(configs={**SASL_CONFIGS, "connections.max.idle.ms": 1500})
+    broker = start_sasl_broker(broker_factory, **{"connections.max.idle.ms": 1500})
     with _connect(broker) as sock:
         started = time.monotonic()
         sock.sendall(_handshake("PLAIN"))  # then nothing more
@@ -258,7 +283,7 @@ def test_silent_unauthenticated_connection_is_closed_in_bounded_time(
 
 
 def test_reauthentication_and_expired_sessions(broker_factory: BrokerFactory) -> None:
-    broker = broker_factory(configs={**SASL_CONFIGS, "connections.max.reauth.ms": 2000})
+    broker = start_sasl_broker(broker_factory, **{"connections.max.reauth.ms": 2000})
     conf = sasl_conf(broker, "PLAIN", "alice", "alice-secret")
     topic = unique_topic("reauth")
     # librdkafka re-authenticates (KIP-368) on the same connection and keeps producing.
@@ -291,7 +316,7 @@ def test_reauthentication_and_expired_sessions(broker_factory: BrokerFactory) ->
 
 
 def test_oncelog_client_reauthenticates(broker_factory: BrokerFactory) -> None:
-    broker = broker_factory(configs={**SASL_CONFIGS, "connections.max.reauth.ms": 1500})
+    broker = start_sasl_broker(broker_factory, **{"connections.max.reauth.ms": 1500})
     conf = sasl_conf(broker, "PLAIN", "alice", "alice-secret")
     with Admin(conf) as admin:
         deadline = time.monotonic() + 5
@@ -304,7 +329,7 @@ def test_oncelog_client_reauthenticates(broker_factory: BrokerFactory) -> None:
 
 
 def test_sasl_secrets_stay_out_of_describe_configs_and_logs(
-        sasl_broker: BrokerProcess) -> None:
+        sasl_broker: SaslBroker) -> None:
     with Admin(sasl_conf(sasl_broker, "PLAIN", "admin", "admin-secret")) as admin:
         configs = admin.describe_configs([ConfigResource.broker(1)], include_synonyms=True)
     entries = next(iter(configs.values()))
@@ -316,7 +341,7 @@ def test_sasl_secrets_stay_out_of_describe_configs_and_logs(
 
 # -- SCRAM users: the CLI and the APIs' errors -----------------------------------------
 
-def test_users_add_list_remove_then_login_works_and_stops(sasl_broker: BrokerProcess,
+def test_users_add_list_remove_then_login_works_and_stops(sasl_broker: SaslBroker,
                                                           tmp_path: Path) -> None:
     command_config = tmp_path / "admin.properties"
     command_config.write_text(
@@ -349,7 +374,7 @@ def test_users_add_list_remove_then_login_works_and_stops(sasl_broker: BrokerPro
     assert refused.returncode == 1  # no login: the broker closes the connection
 
 
-def test_alter_and_describe_scram_credentials_errors(sasl_broker: BrokerProcess) -> None:
+def test_alter_and_describe_scram_credentials_errors(sasl_broker: SaslBroker) -> None:
     with Admin(sasl_conf(sasl_broker, "PLAIN", "admin", "admin-secret")) as admin:
         results = admin.alter_user_scram_credentials([
             ScramUpsertion("weak", "SCRAM-SHA-256", "pw", iterations=1000),

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from oncelog.client import Admin
 from oncelog.harness.broker import BrokerProcess
+from oncelog.harness.net import LOOPBACK, free_port
 
 pytestmark = pytest.mark.integration
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
         'user_alice="alice-secret";')
 CONFIGS: dict[str, Any] = {
-    "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
     "connections.max.idle.ms": 2000,
@@ -87,18 +87,21 @@ def messages(draw: st.DrawFn) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def fuzz_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("sasl-fuzz") / "data", configs=CONFIGS)
+def fuzz_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
+    """The broker and the port of its SASL_PLAINTEXT listener."""
+    port = free_port(LOOPBACK)
+    broker = BrokerProcess(tmp_path_factory.mktemp("sasl-fuzz") / "data", configs={
+        **CONFIGS, "listeners": f"SASL_PLAINTEXT://{LOOPBACK}:{port}"})
     try:
         broker.start()
-        yield broker
+        yield broker, port
     finally:
         broker.kill()
 
 
-def play(broker: BrokerProcess, exchange: list[bytes]) -> None:
+def play(port: int, exchange: list[bytes]) -> None:
     """Send the messages, reading whatever comes back, until the broker closes."""
-    with socket.create_connection((broker.host, broker.port), timeout=5) as sock:
+    with socket.create_connection((LOOPBACK, port), timeout=5) as sock:
         for message in exchange:
             try:
                 sock.sendall(message)
@@ -115,17 +118,20 @@ def play(broker: BrokerProcess, exchange: list[bytes]) -> None:
 @settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(exchange=st.lists(messages(), min_size=1, max_size=5))
-def test_random_sasl_exchanges_never_crash_the_broker(fuzz_broker: BrokerProcess,
-                                                      exchange: list[bytes]) -> None:
-    play(fuzz_broker, exchange)
-    assert fuzz_broker.is_running
+def test_random_sasl_exchanges_never_crash_the_broker(
+        fuzz_broker: tuple[BrokerProcess, int], exchange: list[bytes]) -> None:
+    broker, port = fuzz_broker
+    play(port, exchange)
+    assert broker.is_running
 
 
-def test_a_good_client_still_authenticates_after_the_fuzz(fuzz_broker: BrokerProcess) -> None:
-    conf = {"bootstrap.servers": fuzz_broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+def test_a_good_client_still_authenticates_after_the_fuzz(
+        fuzz_broker: tuple[BrokerProcess, int]) -> None:
+    broker, port = fuzz_broker
+    conf = {"bootstrap.servers": f"{LOOPBACK}:{port}", "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "PLAIN", "sasl.username": "alice",
             "sasl.password": "alice-secret"}
     with Admin(conf) as admin:
         admin.list_topics()
-    log = fuzz_broker.log_path.read_text()
+    log = broker.log_path.read_text()
     assert "Traceback" not in log and "failed; answering" not in log

@@ -19,7 +19,7 @@ from typing import Any
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.admin import ZERO_UUID, live_brokers
 from oncelog.broker.api.authorized import OMITTED, TOPIC_OPERATIONS, cluster_operations
-from oncelog.broker.cluster_view import NO_LEADER, ClusterView
+from oncelog.broker.cluster_view import NO_LEADER, ClusterView, brokers_on
 from oncelog.broker.markers import sender_broker
 from oncelog.broker.partitions import PartitionRegistry, log_size
 from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
@@ -60,7 +60,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     brokers = tuple(
         make(mod.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port,
              rack=b.rack, is_fenced=False)
-        for b in view.brokers()
+        for b in brokers_on(view, ctx.session.listener)
     )
     wanted = bool(request.include_cluster_authorized_operations)
     return make(

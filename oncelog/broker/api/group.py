@@ -24,6 +24,7 @@ from oncelog.broker.cluster_view import (
     GROUP_KEY,
     NO_LEADER,
     TRANSACTION_KEY,
+    broker_on,
     coordinator_error,
 )
 from oncelog.coordinator.group.results import (
@@ -78,7 +79,8 @@ def _coordinator_node(ctx: RequestContext, key_type: int, key: str) -> dict[str,
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         error, message = ErrorCode.invalid_request, f"unsupported key type {key_type}"
     else:
-        broker = view.broker(view.coordinator(key_type, key).leader)
+        # Kafka: the coordinator's endpoint on this request's listener, else not available
+        broker = broker_on(view, view.coordinator(key_type, key).leader, ctx.session.listener)
         if broker is None:
             error = ErrorCode.coordinator_not_available
             message = "The coordinator is not available."

@@ -1,6 +1,9 @@
 """Metadata (key 3): brokers, topics and partition leaders (from the cluster view);
 auto-creates topics. A partition without a leader answers LEADER_NOT_AVAILABLE with
-leader -1, as Kafka's metadata cache does."""
+leader -1, as Kafka's metadata cache does. Brokers are described at their endpoint for the
+listener the request came in on; a broker without that listener is left out, and a
+partition it leads answers LISTENER_NOT_FOUND (v6+; LEADER_NOT_AVAILABLE before) with
+leader -1 (Kafka's KRaftMetadataCache.getPartitionMetadata)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.authorized import OMITTED, cluster_operations, topic_operations
-from oncelog.broker.cluster_view import NO_LEADER, ClusterView
+from oncelog.broker.cluster_view import NO_LEADER, ClusterView, broker_on, brokers_on
 from oncelog.broker.partitions import TopicInfo
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
@@ -54,12 +57,12 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         except KafkaError as exc:
             topics.append(_topic_error(mod, name, exc.code))
             continue
-        topics.append(_topic(mod, info, view, topic_ops))
+        topics.append(_topic(mod, info, view, topic_ops, ctx))
 
     brokers = tuple(
         make(mod.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port,
              rack=b.rack)
-        for b in view.brokers()
+        for b in brokers_on(view, ctx.session.listener)
     )
     return make(
         mod.MetadataResponse,
@@ -74,20 +77,29 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _topic(mod: Any, info: TopicInfo, view: ClusterView, authorized_operations: int) -> Any:
+def _topic(
+    mod: Any, info: TopicInfo, view: ClusterView, authorized_operations: int,
+    ctx: RequestContext,
+) -> Any:
     partitions = []
     for index in range(info.partitions):
         state = view.partition(info.name, index)
         if state is None:  # the view does not know it (yet): no leader
             continue
+        leader, error = state.leader, ErrorCode.none
+        if leader == NO_LEADER:
+            error = ErrorCode.leader_not_available
+        elif (view.broker(leader) is not None
+              and broker_on(view, leader, ctx.session.listener) is None):
+            leader = NO_LEADER
+            error = (ErrorCode.listener_not_found if ctx.api_version >= 6
+                     else ErrorCode.leader_not_available)
         partitions.append(
             make(
                 mod.MetadataResponsePartition,
-                error_code=ErrorCode.leader_not_available
-                if state.leader == NO_LEADER
-                else ErrorCode.none,
+                error_code=error,
                 partition_index=index,
-                leader_id=state.leader,
+                leader_id=leader,
                 leader_epoch=state.leader_epoch,
                 replica_nodes=state.replicas,
                 isr_nodes=state.isr,

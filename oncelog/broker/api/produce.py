@@ -18,6 +18,7 @@ from oncelog.broker.cluster_view import (
     TRANSACTION_KEY,
     BrokerEndpoint,
     ClusterView,
+    broker_on,
     check_leader,
 )
 from oncelog.cluster.metadata import NO_LEADER
@@ -116,7 +117,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     )
             current_leader = None
             if code is ErrorCode.not_leader_or_follower and ctx.api_version >= 10:
-                current_leader = _current_leader(mod, view, name, pdata.index, leader_endpoints)
+                current_leader = _current_leader(mod, view, name, pdata.index, leader_endpoints,
+                                                 ctx.session.listener)
             fields: dict[str, Any] = dict(
                 index=pdata.index,
                 error_code=code,
@@ -174,13 +176,14 @@ async def _wait_for_acks(
 
 
 def _current_leader(
-    mod: Any, view: ClusterView, topic: str, index: int, endpoints: dict[int, BrokerEndpoint]
+    mod: Any, view: ClusterView, topic: str, index: int, endpoints: dict[int, BrokerEndpoint],
+    listener: str,
 ) -> Any:
     """KIP-951: the partition's leader and epoch as this broker knows them ((-1, -1) if it
     does not), and the leader's endpoint added to ``endpoints`` if it is a live broker."""
     state = view.partition(topic, index)
     leader, epoch = (-1, -1) if state is None else (state.leader, state.leader_epoch)
-    broker = view.broker(leader)
+    broker = broker_on(view, leader, listener)
     if broker is not None:
         endpoints[broker.node_id] = broker
     return make(mod.LeaderIdAndEpoch, leader_id=leader, leader_epoch=epoch)

@@ -101,10 +101,13 @@ class ClusterMember:
                  self.store)
         return cluster_id
 
-    async def join(self, host: str, port: int) -> None:
-        """Register (BrokerIdInUse if a live broker has this id), load the image and apply
-        this broker's roles from it."""
-        registration = BrokerRegistration(self.node_id, host, port)
+    async def join(
+        self, host: str, port: int, listeners: tuple[tuple[str, str, int], ...] = ()
+    ) -> None:
+        """Register (BrokerIdInUse if a live broker has this id) at the inter-broker
+        endpoint ``host:port`` with every advertised ``listeners`` (name, host, port), load
+        the image and apply this broker's roles from it."""
+        registration = BrokerRegistration(self.node_id, host, port, listeners=listeners)
         epoch = await self.store.register_broker(registration)
         self.registration = dataclasses.replace(registration, epoch=epoch)
         log.info("broker %d registered at %s:%d, broker epoch %d", self.node_id, host, port,

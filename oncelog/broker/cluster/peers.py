@@ -12,6 +12,7 @@ forever)."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -25,8 +26,10 @@ __all__ = ["PeerConnections", "indexes_by_topic"]
 class PeerConnections:
     """One BrokerConnection per live peer of the image."""
 
-    def __init__(self, view: EtcdClusterView, request_timeout_ms: int) -> None:
+    def __init__(self, view: EtcdClusterView, request_timeout_ms: int,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.view = view
+        self.tls = tls  # the inter-broker listener's TLS (None: PLAINTEXT)
         self.request_timeout_ms = request_timeout_ms
         self._connections: dict[int, BrokerConnection] = {}
         self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -49,7 +52,7 @@ class PeerConnections:
             await conn.close("reconnecting")
         conn = BrokerConnection(endpoint.host, endpoint.port, node_id=node_id,
                                 client_id=broker_client_id(self.view.node_id),
-                                request_timeout_ms=self.request_timeout_ms)
+                                request_timeout_ms=self.request_timeout_ms, tls=self.tls)
         self._connections[node_id] = conn
         try:
             await conn.connect()

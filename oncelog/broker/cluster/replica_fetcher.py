@@ -32,10 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from oncelog.broker.listeners import inter_broker_client_tls
 from oncelog.broker.partition import Partition
 from oncelog.client.aio.connection import BrokerConnection
 from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
@@ -79,10 +81,12 @@ class FetcherConfig:
     fetch_min_bytes: int = 1
     fetch_backoff_ms: int = 1000
     socket_timeout_ms: int = 30_000
+    tls: ssl.SSLContext | None = None  # the inter-broker listener's TLS (None: PLAINTEXT)
 
     @classmethod
     def from_broker(cls, config: Any) -> FetcherConfig:
         return cls(
+            tls=inter_broker_client_tls(config),
             fetch_wait_max_ms=int(config["replica.fetch.wait.max.ms"]),
             fetch_max_bytes=int(config["replica.fetch.max.bytes"]),
             fetch_response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
@@ -124,6 +128,7 @@ class ReplicaFetcher:
             leader.host, leader.port, node_id=leader.node_id,
             client_id=f"oncelog-replica-fetcher-{self.local_id}",
             request_timeout_ms=self.config.socket_timeout_ms + self.config.fetch_wait_max_ms,
+            tls=self.config.tls,
         )
 
     # -- partitions ----------------------------------------------------------------------------

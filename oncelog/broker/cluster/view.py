@@ -197,13 +197,14 @@ class EtcdClusterView:
 
     def brokers(self) -> Sequence[BrokerEndpoint]:
         return tuple(
-            BrokerEndpoint(b.node_id, b.host, b.port, b.rack)
+            BrokerEndpoint(b.node_id, b.host, b.port, b.rack, b.listeners)
             for _, b in sorted(self.image.brokers.items())
         )
 
     def broker(self, node_id: int) -> BrokerEndpoint | None:
         b = self.image.brokers.get(node_id)
-        return None if b is None else BrokerEndpoint(b.node_id, b.host, b.port, b.rack)
+        return None if b is None else BrokerEndpoint(b.node_id, b.host, b.port, b.rack,
+                                                     b.listeners)
 
     def controller_id(self) -> int:
         controller = self.image.controller

@@ -87,6 +87,7 @@ class KafkaClient:
         self._coordinators: dict[tuple[int, str], int] = {}
         self._closed = False
         self._wanted_topics: set[str] = set()
+        self._tls = config.tls_context()  # security.protocol=SSL; None: PLAINTEXT
 
     # ---------------------------------------------------------------- connections
 
@@ -98,6 +99,7 @@ class KafkaClient:
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
             connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"],
+            tls=self._tls,
             sasl=self._sasl,
         )
 

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import ssl
 import struct
 import time
 from typing import Any
@@ -63,9 +64,11 @@ class BrokerConnection:
         client_id: str | None = "oncelog",
         request_timeout_ms: int = 30000,
         connect_timeout_ms: int = 10000,
+        tls: ssl.SSLContext | None = None,
         sasl: SaslCredentials | None = None,
     ) -> None:
         self.host = host
+        self.tls = tls  # SSL / SASL_SSL: the TLS context (None: plaintext)
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
@@ -97,7 +100,15 @@ class BrokerConnection:
     async def connect(self) -> None:
         try:
             async with asyncio.timeout(self.connect_timeout_ms / 1000):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self.tls,
+                    server_hostname=self.host if self.tls is not None else None,
+                )
+        except ssl.SSLCertVerificationError as exc:
+            self._closed = True
+            raise BrokerConnectionError(
+                f"TLS with {self.host}:{self.port} failed: {exc.verify_message or exc}"
+            ) from None
         except (OSError, TimeoutError) as exc:
             self._closed = True
             raise BrokerConnectionError(

@@ -29,6 +29,7 @@ from oncelog.broker.server import Server
 from oncelog.config import BrokerConfig
 from oncelog.errors import KafkaError
 from oncelog.protocol import versions
+from oncelog.security.principal import anonymous_session
 
 api.load_all()
 
@@ -52,7 +53,7 @@ def decode(request: Any, frame: bytes) -> Any:
 
 def handle(request: Any) -> bytes | bool | None:
     server = Server(BrokerConfig(), "127.0.0.1", 0, SimpleNamespace())  # type: ignore[arg-type]
-    return asyncio.run(server._handle(frame_of(request), "client-host"))
+    return asyncio.run(server._handle(frame_of(request), anonymous_session("client-host")))
 
 
 CREATE = CreateTopicsRequest(
