@@ -33,6 +33,7 @@ from oncelog.harness.net import LOOPBACK, free_port
 from tests.conftest import BrokerFactory
 from tests.support.cli import ok, oncelog_cli
 from tests.support.names import unique_name, unique_topic
+from tests.support.tls import TlsMaterial
 
 pytestmark = pytest.mark.integration
 
@@ -404,3 +405,29 @@ def test_alter_and_describe_scram_credentials_errors(sasl_broker: SaslBroker) ->
         assert set(admin.describe_user_scram_credentials()) == {"fine"}
     # the request ran as the authenticated principal (RequestContext.session)
     assert "SCRAM credentials altered by User:admin" in broker_output(sasl_broker)
+
+
+def test_sasl_ssl_scram_transaction(broker_factory: BrokerFactory,
+                                    tls_material: TlsMaterial) -> None:
+    """SASL_SSL: TLS first, then SCRAM-SHA-512 inside it; the principal is the SASL user."""
+    port = free_port(LOOPBACK)
+    process = broker_factory(configs={
+        **SASL_CONFIGS, **tls_material.broker_configs(),
+        "listeners": f"SASL_SSL://{LOOPBACK}:{port}",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS})
+    broker = SaslBroker(process, LOOPBACK, port)
+    admin = AdminClient({**sasl_conf(broker, "PLAIN", "admin", "admin-secret"),
+                         "security.protocol": "SASL_SSL",
+                         "ssl.ca.location": str(tls_material.ca)})
+    upsert = UserScramCredentialUpsertion("carol", ScramCredentialInfo(
+        ScramMechanism.SCRAM_SHA_512, 4096), b"carol-secret")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
+    conf = {**sasl_conf(broker, "SCRAM-SHA-512", "carol", "carol-secret"),
+            "security.protocol": "SASL_SSL"}
+    values = confluent_transaction(broker, {**conf, "ssl.ca.location": str(tls_material.ca)})
+    assert values == [b"v0", b"v1", b"v2"]
+    with Admin({**conf, "ssl.truststore.location": str(tls_material.ca)}) as oncelog_admin:
+        assert oncelog_admin.list_topics()
+    log = broker_output(broker)
+    assert "on SASL_SSL authenticated as User:carol (SCRAM-SHA-512)" in log
