@@ -201,10 +201,12 @@ class SaslConnection:
         lifetime = 0
         if self._mechanism.complete:
             assert self._mechanism.username is not None
+            again = self.state.reauthenticating
             lifetime = self.state.on_mechanism_complete(self._mechanism.username,
                                                         self._clock_ms())
-            log.info("connection from %s on %s authenticated as User:%s (%s)%s", self.host,
-                     self.listener, self._mechanism.username, self.state.mechanism,
+            log.info("connection from %s on %s %s as User:%s (%s)%s", self.host,
+                     self.listener, "re-authenticated" if again else "authenticated",
+                     self._mechanism.username, self.state.mechanism,
                      f", session lifetime {lifetime} ms" if lifetime else "")
             self._mechanism = None
         return answer, lifetime
