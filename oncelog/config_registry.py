@@ -264,6 +264,9 @@ _BROKER_KEYS = [
     # oncelog does not implement (docs/compatibility.md).
     _key("sasl.enabled.mechanisms", LS, "SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms "
          "SASL listeners accept: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512."),
+    _key("sasl.mechanism.inter.broker.protocol", T, "SCRAM-SHA-512", "SASL mechanism of "
+         "this broker's connections to the others on a SASL inter-broker listener (Kafka's "
+         "default, GSSAPI, is not implemented)."),
     _key("connections.max.reauth.ms", L, 0, "Lifetime of a SASL session (KIP-368): the "
          "client must re-authenticate before it ends or its connection is closed; 0: "
          "sessions never expire.", at_least=0),

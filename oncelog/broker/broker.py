@@ -52,6 +52,7 @@ from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.metrics import bind_metrics, scraper, serve_metrics
 from oncelog.broker.partitions import PartitionRegistry
+from oncelog.broker.sasl import inter_broker_client_sasl
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig
@@ -86,6 +87,7 @@ class Broker:
         # Every listener, validated (ConfigError naming the key) before anything is bound.
         self.listeners = plan_listeners(config, listen, advertised)
         self.peer_tls = inter_broker_client_tls(config) if cluster_mode(config) else None
+        self.peer_sasl = inter_broker_client_sasl(config) if cluster_mode(config) else None
         first = self.listeners.listeners[0].endpoint
         self.listen_host, self.listen_port = first.host, first.port
         self.advertised: tuple[EndPoint, ...] = ()  # with the bound ports, once bound
@@ -158,7 +160,8 @@ class Broker:
             self.producer_ids,  # the one source of producer ids, idempotent ones included
             local_markers if self.member is None
             else ClusterMarkerWriter(self.member.view, local_markers, peers=PeerConnections(
-                self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls)),
+                self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
+                                self.peer_sasl)),
             self.clock,
         )
         if self.member is None:
@@ -183,10 +186,12 @@ class Broker:
             cleaner=self.cleaner,
             credentials=FileCredentialStore(self.data_dir),
             txn_verifier=None if self.member is None else RemoteTxnVerifier(
-                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls)),
+                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
+                                self.peer_sasl)),
             elections=None if self.member is None else ClusterElections(
                 self.member.controller, self.member.cache,
-                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls)),
+                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
+                                self.peer_sasl)),
         )
 
     def _cluster_view(self, node: NodeIdentity) -> ClusterView:

@@ -32,6 +32,7 @@ __all__ = [
     "EndPoint",
     "ListenerPlan",
     "inter_broker_client_tls",
+    "inter_broker_protocol",
     "plan_listeners",
     "protocol_map",
 ]
@@ -237,6 +238,13 @@ def _listener(config: BrokerConfig, endpoint: EndPoint) -> Listener:
         return Listener(endpoint, server_context(listener_settings(config, endpoint.name)))
     except TlsConfigError as exc:
         raise ConfigError(f"listener {endpoint.name}: {exc}") from None
+
+
+def inter_broker_protocol(config: BrokerConfig) -> tuple[str, str]:
+    """The inter-broker listener's name and security protocol."""
+    protocols = _protocols(config)
+    name = _inter_broker_listener(config, protocols)
+    return name, protocols.get(name, name)
 
 
 def inter_broker_client_tls(config: BrokerConfig) -> ssl.SSLContext | None:

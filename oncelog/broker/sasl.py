@@ -34,7 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.config import BrokerConfig
+from oncelog.broker.listeners import inter_broker_protocol
+from oncelog.client.sasl import SaslCredentials
+from oncelog.config import BrokerConfig, ConfigError
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.build import make, response_module
 from oncelog.protocol.codec import decode_request, encode_response, parse_request_header
@@ -46,6 +48,7 @@ from oncelog.security.sasl import (
     PLAIN,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
+    SUPPORTED_MECHANISMS,
     AuthenticationFailed,
     IllegalSaslState,
     InvalidCredentials,
@@ -89,6 +92,29 @@ def plain_users(config: BrokerConfig, listener: str) -> dict[str, str]:
     """The PLAIN users of ``listener`` (none when its JAAS line is unset)."""
     text = config[jaas_config_name(listener, PLAIN)]
     return parse_jaas_config(text).plain_users if text else {}
+
+
+def inter_broker_client_sasl(config: BrokerConfig) -> SaslCredentials | None:
+    """This broker's SASL login towards the others (replica fetches, markers, forwarded
+    requests) when the inter-broker listener is SASL_PLAINTEXT / SASL_SSL: the mechanism
+    ``sasl.mechanism.inter.broker.protocol``, user and password from the ``username`` and
+    ``password`` options of that listener's
+    ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (as Kafka's login modules);
+    None for a listener without SASL. ConfigError when they are missing."""
+    listener, protocol = inter_broker_protocol(config)
+    if protocol not in SASL_PROTOCOLS:
+        return None
+    mechanism = str(config["sasl.mechanism.inter.broker.protocol"])
+    if mechanism not in SUPPORTED_MECHANISMS:
+        raise ConfigError(f"sasl.mechanism.inter.broker.protocol: {mechanism} is not one of "
+                          f"{', '.join(SUPPORTED_MECHANISMS)}")
+    name = jaas_config_name(listener, mechanism)
+    text = config[name]
+    options = parse_jaas_config(text).options if text else {}
+    if "username" not in options or "password" not in options:
+        raise ConfigError(f"{name} must give username and password: this broker's login on "
+                          f"the inter-broker listener {listener}")
+    return SaslCredentials(mechanism, options["username"], options["password"])
 
 
 def enabled_mechanisms(config: BrokerConfig) -> tuple[str, ...]:
