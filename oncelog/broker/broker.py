@@ -37,6 +37,7 @@ from oncelog.broker.cluster.coordinator_roles import (
     GroupCoordinatorRoles,
     TxnCoordinatorRoles,
 )
+from oncelog.broker.cluster.credentials import ClusterCredentialStore
 from oncelog.broker.cluster.elections import ClusterElections
 from oncelog.broker.cluster.markers import MARKER_REQUEST_TIMEOUT_MS, ClusterMarkerWriter
 from oncelog.broker.cluster.member import ClusterMember, cluster_mode
@@ -184,7 +185,8 @@ class Broker:
             cluster=self._cluster_view(node),
             replication=None if self.member is None else self.member.replication.manager,
             cleaner=self.cleaner,
-            credentials=FileCredentialStore(self.data_dir),
+            credentials=FileCredentialStore(self.data_dir) if self.member is None
+            else ClusterCredentialStore(self.member.store),
             txn_verifier=None if self.member is None else RemoteTxnVerifier(
                 PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
                                 self.peer_sasl)),

@@ -161,7 +161,7 @@ class SaslConnection:
     def frame_limit(self, max_bytes: int) -> int:
         return max_bytes if self.authenticated else min(max_bytes, self.max_receive)
 
-    def on_frame(self, frame: bytes) -> Reply | None:
+    async def on_frame(self, frame: bytes) -> Reply | None:
         if self.state.state is State.AUTHENTICATE and self.state.raw_tokens:
             return self._on_raw_token(frame)
         try:
@@ -191,10 +191,11 @@ class SaslConnection:
                         exc)
             return CLOSE
         if head.api_key == SASL_HANDSHAKE:
-            return self._on_handshake(header.api_version, header.correlation_id, request)
+            return await self._on_handshake(header.api_version, header.correlation_id,
+                                            request)
         return self._on_authenticate(header.api_version, header.correlation_id, request)
 
-    def _on_handshake(self, version: int, correlation_id: int, request: Any) -> Reply:
+    async def _on_handshake(self, version: int, correlation_id: int, request: Any) -> Reply:
         enabled = list(self.state.enabled_mechanisms)
         mechanism = str(request.mechanism)
         try:
@@ -208,10 +209,20 @@ class SaslConnection:
         except AuthenticationFailed as exc:  # re-authentication with another mechanism
             log.warning("closing connection from %s: %s", self.host, exc.message)
             return CLOSE
+        if mechanism != PLAIN:
+            await self._refresh_credentials()
         self._mechanism = self._new_mechanism(mechanism)
         answer: Any = make(_handshake_response(version), error_code=ErrorCode.none,
                            mechanisms=enabled)
         return Reply(self._encode(SASL_HANDSHAKE, version, correlation_id, answer), close=False)
+
+    async def _refresh_credentials(self) -> None:
+        """The latest SCRAM credentials (a cluster's may have changed at another broker);
+        if the store cannot be read, the ones known so far."""
+        try:
+            await self._credentials.refresh()
+        except Exception as exc:
+            log.warning("SCRAM credentials not refreshed (%s); using the ones known", exc)
 
     def _new_mechanism(self, mechanism: str) -> ServerMechanism:
         if mechanism == PLAIN:

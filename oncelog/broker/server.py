@@ -221,7 +221,7 @@ class Server:
                             "sasl.server.max.receive.size before authentication)", host, exc)
                 return
             if sasl is not None:
-                reply = sasl.on_frame(frame)
+                reply = await sasl.on_frame(frame)
                 if reply is not None:
                     if reply.frame is not None:
                         writer.write(reply.frame)

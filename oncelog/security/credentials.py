@@ -3,10 +3,11 @@ iteration count and the keys derived from the salted password, ``StoredKey = H(C
 and ``ServerKey = HMAC(SaltedPassword, "Server Key")``.
 
 ``CredentialStore`` is what the broker needs: a synchronous ``lookup`` for the SCRAM
-exchange (answered from memory), and ``describe`` / ``alter`` for the
-DescribeUserScramCredentials / AlterUserScramCredentials APIs. ``FileCredentialStore``
-keeps them in ``scram-credentials.json`` in the data directory (one node), written with the
-project's atomic writer.
+exchange (answered from memory, brought up to date by ``refresh``), and ``describe`` /
+``alter`` for the DescribeUserScramCredentials / AlterUserScramCredentials APIs.
+``FileCredentialStore`` keeps them in ``scram-credentials.json`` in the data directory (one
+node), written with the project's atomic writer; a cluster keeps them in the metadata store
+(oncelog.broker.cluster.credentials).
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ class CredentialStore(Protocol):
         """Apply every change at once ((user, mechanism) keys; deletions must exist)."""
         ...
 
+    async def refresh(self) -> None:
+        """Bring the in-memory answers up to date (before a SCRAM login, a describe)."""
+        ...
+
 
 def encode_credentials(credentials: Credentials) -> bytes:
     raw = {user: {mech: cred.to_json() for mech, cred in sorted(by_mech.items())}
@@ -136,6 +141,9 @@ class MemoryCredentials:
     def describe(self) -> dict[str, dict[str, int]]:
         return {user: {mech: cred.iterations for mech, cred in by_mech.items()}
                 for user, by_mech in self.credentials.items()}
+
+    async def refresh(self) -> None:
+        """Nothing to do: this map is the only copy."""
 
 
 class FileCredentialStore(MemoryCredentials):

@@ -52,6 +52,8 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
     store = ctx.services.credentials
+    if store is not None:
+        await store.refresh()
     known = store.describe() if store is not None else {}
     wanted = sorted(known) if not request.users else [u.name for u in request.users]
     counts = Counter(wanted)
@@ -98,6 +100,8 @@ def _validate(store_known: dict[str, dict[str, int]], name: str, mechanism: int,
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ALTER_USER_SCRAM_CREDENTIALS, 0)
     store = ctx.services.credentials
+    if store is not None:
+        await store.refresh()
     known = store.describe() if store is not None else {}
     errors: dict[str, tuple[ErrorCode, str]] = {}
     deletions: dict[str, tuple[str, str]] = {}
