@@ -145,6 +145,10 @@ class MemoryCredentials:
     async def refresh(self) -> None:
         """Nothing to do: this map is the only copy."""
 
+    async def alter(self, upserts: dict[tuple[str, str], ScramCredential],
+                    deletions: set[tuple[str, str]]) -> None:
+        self.credentials = apply_changes(self.credentials, upserts, deletions)
+
 
 class FileCredentialStore(MemoryCredentials):
     """One node: ``scram-credentials.json`` in the data directory."""
