@@ -48,13 +48,19 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
                 "authentication", auth_bytes=b"", session_lifetime=0)
 
 
+async def _known_credentials(ctx: RequestContext) -> dict[str, dict[str, int]]:
+    """user -> mechanism -> iterations, up to date (a cluster's may change elsewhere)."""
+    store = ctx.services.credentials
+    if store is None:
+        return {}
+    await store.refresh()
+    return store.describe()
+
+
 @handles(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
-    store = ctx.services.credentials
-    if store is not None:
-        await store.refresh()
-    known = store.describe() if store is not None else {}
+    known = await _known_credentials(ctx)
     wanted = sorted(known) if not request.users else [u.name for u in request.users]
     counts = Counter(wanted)
     results = []
@@ -99,10 +105,7 @@ def _validate(store_known: dict[str, dict[str, int]], name: str, mechanism: int,
 @handles(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ALTER_USER_SCRAM_CREDENTIALS, 0)
-    store = ctx.services.credentials
-    if store is not None:
-        await store.refresh()
-    known = store.describe() if store is not None else {}
+    known = await _known_credentials(ctx)
     errors: dict[str, tuple[ErrorCode, str]] = {}
     deletions: dict[str, tuple[str, str]] = {}
     upserts: dict[str, tuple[tuple[str, str], ScramCredential]] = {}
@@ -137,6 +140,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
     results = [make(mod.AlterUserScramCredentialsResult, user=user, error_code=code,
                     error_message=message) for user, (code, message) in errors.items()]
     if deletions or upserts:
+        store = ctx.services.credentials
         if store is None:
             raise RuntimeError("no SCRAM credential store")
         await store.alter(dict(upserts.values()), set(deletions.values()))
