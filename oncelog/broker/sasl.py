@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from oncelog.broker.api import SUPPORTED
 from oncelog.broker.listeners import inter_broker_protocol
 from oncelog.client.sasl import SaslCredentials
 from oncelog.config import BrokerConfig, ConfigError
@@ -174,6 +175,10 @@ class SaslConnection:
                          "(connections.max.reauth.ms)", self.host, self.state.username)
                 return CLOSE
             return None
+        if head.api_key == API_VERSIONS and self.state.state is not State.AUTHENTICATE:
+            low, high = SUPPORTED.get(API_VERSIONS, (0, 0))
+            if not low <= head.api_version <= high:
+                return None  # answered UNSUPPORTED_VERSION: the client retries lower (Kafka)
         during_exchange = self.state.state is State.AUTHENTICATE
         try:
             self.state.on_request(head.api_key)

@@ -111,7 +111,7 @@ TRANSITIONS: dict[State, dict[Event, State]] = {
     State.COMPLETE: {
         Event.API_VERSIONS: State.COMPLETE,
         Event.OTHER: State.COMPLETE,
-        Event.AUTHENTICATE: State.COMPLETE,  # SaslAuthenticate after completion: refused
+        Event.AUTHENTICATE: State.COMPLETE,  # dispatched: its handler answers ILLEGAL_SASL_STATE
         Event.HANDSHAKE: State.AUTHENTICATE,  # KIP-368 re-authentication
         Event.FAIL: State.FAILED,
     },
@@ -154,7 +154,7 @@ class SaslSession:
         """Check that ``api_key`` may come now; IllegalSaslState (and FAILED) if not."""
         event = event_of(api_key)
         target = TRANSITIONS[self.state].get(event)
-        if target is None or (self.state is State.COMPLETE and event is Event.AUTHENTICATE):
+        if target is None:
             where = "authentication" if self.state is State.AUTHENTICATE else "handshake"
             self.state = State.FAILED
             raise IllegalSaslState(f"Unexpected Kafka request of type {api_key} during SASL "

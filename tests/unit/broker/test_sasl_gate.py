@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from oncelog.broker import api as handlers
 from oncelog.broker.sasl import Reply, SaslConnection
 from oncelog.client.wire import decode_response, encode_request, request
 from oncelog.config import BrokerConfig
@@ -97,6 +98,19 @@ def test_other_request_during_the_exchange_is_answered_illegal_sasl_state() -> N
     reply = send(conn, request(api.LIST_GROUPS, 4, states_filter=()))
     assert reply is not None and reply.close
     assert answer(reply, api.LIST_GROUPS, 4).error_code == ErrorCode.illegal_sasl_state
+
+
+def test_an_unsupported_api_versions_version_may_be_retried_lower() -> None:
+    handlers.load_all()
+    conn = gate(Clock())
+    too_new = request(api.API_VERSIONS, 4, client_software_name="t",
+                      client_software_version="1")
+    frame = bytearray(encode_request(1, "test", too_new)[4:])
+    frame[2:4] = (99).to_bytes(2, "big")  # ApiVersions v99, as a future client would send
+    assert asyncio.run(conn.on_frame(bytes(frame))) is None  # the server answers v0 error
+    assert send(conn, too_new) is None  # the retry is served too
+    _, body = handshake(conn, "PLAIN")
+    assert body.error_code == ErrorCode.none
 
 
 def test_before_the_handshake_anything_else_is_closed_without_answer() -> None:
