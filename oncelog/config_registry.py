@@ -260,6 +260,18 @@ _BROKER_KEYS = [
     _key("max.connections", INT, INT_MAX, "Most client connections open at once.",
          at_least=0, dynamic=CW),
     _key("connections.max.idle.ms", L, 600000, "Close connections idle this long."),
+    # SASL (oncelog.broker.sasl). Kafka's sasl.enabled.mechanisms default is GSSAPI, which
+    # oncelog does not implement (docs/compatibility.md).
+    _key("sasl.enabled.mechanisms", LS, "SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms "
+         "SASL listeners accept: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512."),
+    _key("sasl.mechanism.inter.broker.protocol", T, "SCRAM-SHA-512", "SASL mechanism of "
+         "this broker's connections to the others on a SASL inter-broker listener (Kafka's "
+         "default, GSSAPI, is not implemented)."),
+    _key("connections.max.reauth.ms", L, 0, "Lifetime of a SASL session (KIP-368): the "
+         "client must re-authenticate before it ends or its connection is closed; 0: "
+         "sessions never expire.", at_least=0),
+    _key("sasl.server.max.receive.size", INT, 524288, "Largest request accepted before a "
+         "SASL connection is authenticated.", at_least=1),
     _key("queued.max.requests", INT, 500, "Requests handled at once over all connections.",
          at_least=1),
     _key("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.",
@@ -387,6 +399,20 @@ def broker_key(name: str) -> ConfigKey | None:
     listener, dot, base = name[len(LISTENER_PREFIX):].partition(".")
     base_key = BROKER_KEYS.get(base)
     if not listener or not dot or base_key is None or not base.startswith(LISTENER_OVERRIDABLE):
-        return None
+        return sasl_jaas_key(name)
     return replace(base_key, name=name, default=None,
                    doc=f"{base} of the {listener.upper()} listener.")
+
+
+SASL_JAAS_SUFFIXES = tuple(f".{m}.sasl.jaas.config"
+                           for m in ("plain", "scram-sha-256", "scram-sha-512"))
+
+
+def sasl_jaas_key(name: str) -> ConfigKey | None:
+    """``listener.name.<listener>.<mechanism lowercase>.sasl.jaas.config`` (Kafka's
+    per-listener JAAS line: PLAIN users as ``user_<name>="..."``, and the credentials this
+    broker logs in with on its inter-broker listener); a sensitive password config."""
+    if not name.startswith("listener.name.") or not name.endswith(SASL_JAAS_SUFFIXES):
+        return None
+    return ConfigKey(name, ConfigType.PASSWORD, None, "JAAS login module line of a SASL "
+                     "mechanism on a listener.", sensitive=True)

@@ -37,6 +37,7 @@ from oncelog.broker.cluster.coordinator_roles import (
     GroupCoordinatorRoles,
     TxnCoordinatorRoles,
 )
+from oncelog.broker.cluster.credentials import ClusterCredentialStore
 from oncelog.broker.cluster.elections import ClusterElections
 from oncelog.broker.cluster.markers import MARKER_REQUEST_TIMEOUT_MS, ClusterMarkerWriter
 from oncelog.broker.cluster.member import ClusterMember, cluster_mode
@@ -52,6 +53,7 @@ from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.metrics import bind_metrics, scraper, serve_metrics
 from oncelog.broker.partitions import PartitionRegistry
+from oncelog.broker.sasl import inter_broker_client_sasl
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig
@@ -59,6 +61,7 @@ from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager, ProducerIdSource
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, internal_topic_specs
+from oncelog.security.credentials import FileCredentialStore
 from oncelog.ui.server import Console, bind_console, serve_console
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,7 @@ class Broker:
         # Every listener, validated (ConfigError naming the key) before anything is bound.
         self.listeners = plan_listeners(config, listen, advertised)
         self.peer_tls = inter_broker_client_tls(config) if cluster_mode(config) else None
+        self.peer_sasl = inter_broker_client_sasl(config) if cluster_mode(config) else None
         first = self.listeners.listeners[0].endpoint
         self.listen_host, self.listen_port = first.host, first.port
         self.advertised: tuple[EndPoint, ...] = ()  # with the bound ports, once bound
@@ -157,7 +161,8 @@ class Broker:
             self.producer_ids,  # the one source of producer ids, idempotent ones included
             local_markers if self.member is None
             else ClusterMarkerWriter(self.member.view, local_markers, peers=PeerConnections(
-                self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls)),
+                self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
+                                self.peer_sasl)),
             self.clock,
         )
         if self.member is None:
@@ -180,11 +185,15 @@ class Broker:
             cluster=self._cluster_view(node),
             replication=None if self.member is None else self.member.replication.manager,
             cleaner=self.cleaner,
+            credentials=FileCredentialStore(self.data_dir) if self.member is None
+            else ClusterCredentialStore(self.member.store),
             txn_verifier=None if self.member is None else RemoteTxnVerifier(
-                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls)),
+                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
+                                self.peer_sasl)),
             elections=None if self.member is None else ClusterElections(
                 self.member.controller, self.member.cache,
-                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls)),
+                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
+                                self.peer_sasl)),
         )
 
     def _cluster_view(self, node: NodeIdentity) -> ClusterView:

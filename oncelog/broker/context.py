@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.producer_ids import ProducerIdSource
     from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
+    from oncelog.security.credentials import CredentialStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +62,5 @@ class BrokerContext:
     txn_verifier: RemoteTxnVerifier | None = None
     # Cluster mode: ElectLeaders run by the controller (here or forwarded); None on one node.
     elections: ClusterElections | None = None
+    # SCRAM credentials (SASL listeners, *UserScramCredentials); None: no SCRAM users.
+    credentials: CredentialStore | None = None

@@ -10,8 +10,8 @@ of a PLAINTEXT entry of ``listeners``, or is added first) and ``--advertised HOS
 its advertised address. Validation follows KafkaConfig: each error is a ConfigError naming
 the key, raised before anything is bound. SSL listeners get their ``ssl.SSLContext`` here
 (oncelog.security.tls; per-listener overrides ``listener.name.<lowercase name>.ssl.*``).
-SASL listeners are refused until the SASL authenticator is plugged in
-(``SASL_PROTOCOLS_SUPPORTED``).
+SASL listeners authenticate each connection (oncelog.broker.sasl) with the mechanisms of
+``sasl.enabled.mechanisms``, which must be ones oncelog implements.
 """
 
 from __future__ import annotations
@@ -25,18 +25,18 @@ from typing import Any
 
 from oncelog.config import BROKER_KEYS, BrokerConfig, ConfigError, ConfigSource
 from oncelog.config_registry import LISTENER_PREFIX, SECURITY_PROTOCOLS
+from oncelog.security.sasl import SUPPORTED_MECHANISMS
 from oncelog.security.tls import SslSettings, TlsConfigError, client_context, server_context
 
 __all__ = [
     "EndPoint",
     "ListenerPlan",
     "inter_broker_client_tls",
+    "inter_broker_protocol",
     "plan_listeners",
     "protocol_map",
 ]
 
-SASL_PROTOCOLS_SUPPORTED = False
-"""Whether SASL_PLAINTEXT / SASL_SSL listeners can authenticate (the SASL helper's hook)."""
 
 _ENDPOINT = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
 
@@ -228,9 +228,8 @@ def listener_settings(config: BrokerConfig, name: str) -> SslSettings:
 
 
 def _listener(config: BrokerConfig, endpoint: EndPoint) -> Listener:
-    if endpoint.protocol.startswith("SASL_") and not SASL_PROTOCOLS_SUPPORTED:
-        raise ConfigError(f"listeners: {endpoint} is a {endpoint.protocol} listener: SASL "
-                          "is not supported yet")
+    if endpoint.protocol.startswith("SASL_"):
+        check_sasl_mechanisms(config, endpoint.name)
     if endpoint.protocol not in ("SSL", "SASL_SSL"):
         return Listener(endpoint)
     # the registry accepts only DEFAULT: User:<subject DN> (oncelog.security.tls)
@@ -239,6 +238,13 @@ def _listener(config: BrokerConfig, endpoint: EndPoint) -> Listener:
         return Listener(endpoint, server_context(listener_settings(config, endpoint.name)))
     except TlsConfigError as exc:
         raise ConfigError(f"listener {endpoint.name}: {exc}") from None
+
+
+def inter_broker_protocol(config: BrokerConfig) -> tuple[str, str]:
+    """The inter-broker listener's name and security protocol."""
+    protocols = _protocols(config)
+    name = _inter_broker_listener(config, protocols)
+    return name, protocols.get(name, name)
 
 
 def inter_broker_client_tls(config: BrokerConfig) -> ssl.SSLContext | None:
@@ -253,3 +259,13 @@ def inter_broker_client_tls(config: BrokerConfig) -> ssl.SSLContext | None:
         return client_context(listener_settings(config, name))
     except TlsConfigError as exc:
         raise ConfigError(f"inter-broker listener {name}: {exc}") from None
+
+
+def check_sasl_mechanisms(config: BrokerConfig, listener: str) -> None:
+    """A SASL listener needs enabled mechanisms that oncelog implements (ConfigError)."""
+    enabled = [m for m in str(config["sasl.enabled.mechanisms"]).split(",") if m]
+    unknown = [m for m in enabled if m not in SUPPORTED_MECHANISMS]
+    if not enabled or unknown:
+        raise ConfigError(
+            f"sasl.enabled.mechanisms: {','.join(unknown) or '(none)'} for SASL listener "
+            f"{listener}: oncelog implements {', '.join(SUPPORTED_MECHANISMS)}")

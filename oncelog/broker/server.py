@@ -17,6 +17,10 @@ once, when it is accepted (``connection_session``): the listener's name and secu
 protocol, and the principal — ``User:<subject DN>`` of a TLS client certificate, else
 ``User:ANONYMOUS``. A TLS handshake that fails (a plaintext client, an untrusted or missing
 certificate) closes only that connection, with one log line.
+
+On a SASL listener (SASL_PLAINTEXT, SASL_SSL) each connection passes through its
+``SaslConnection`` gate first (oncelog.broker.sasl): until it is authenticated only the
+SASL exchange is served, and its requests then run as the authenticated principal.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from oncelog.broker.api import HANDLERS, SUPPORTED, RequestContext
 from oncelog.broker.api.api_versions import unsupported_version_response
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.listeners import EndPoint, Listener
+from oncelog.broker.sasl import SASL_PROTOCOLS, SaslConnection
 from oncelog.config import BrokerConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.faults import handler_fault
@@ -86,6 +91,14 @@ class Server:
         # connections; when they are all taken, connections wait before handling more.
         self._request_slots = asyncio.Semaphore(int(config["queued.max.requests"]))
         self._stopping = False
+
+    def _sasl_gate(self, session: Session) -> SaslConnection | None:
+        """The SASL exchange a connection of a SASL listener must pass (None otherwise)."""
+        if session.security_protocol not in SASL_PROTOCOLS or self.services is None:
+            return None
+        assert self.services.credentials is not None
+        return SaslConnection(self.config, self.services.credentials, session.listener,
+                              session.security_protocol, session.client_host)
 
     @property
     def host(self) -> str:
@@ -164,7 +177,7 @@ class Server:
             log.log(logging.DEBUG if session.principal == ANONYMOUS else logging.INFO,
                     "connection from %s on listener %s as %s", peer, listener.name,
                     session.principal)
-            await self._serve(reader, writer, session, task)
+            await self._serve(reader, writer, session, task, self._sasl_gate(session))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -184,23 +197,40 @@ class Server:
         writer: asyncio.StreamWriter,
         session: Session,
         task: asyncio.Task[None],
+        sasl: SaslConnection | None = None,
     ) -> None:
         host = session.client_host
         max_bytes = int(self.config["socket.request.max.bytes"])
         idle_s = int(self.config["connections.max.idle.ms"]) / 1000
         while not self._stopping:
+            # Before SASL authentication the whole frame must come by the deadline.
+            pending = sasl is not None and not sasl.authenticated
             try:
-                async with asyncio.timeout(idle_s):
+                async with asyncio.timeout(sasl.read_timeout_s(idle_s) if sasl else idle_s):
                     prefix = await reader.readexactly(4)
+                    size = frame_size(prefix, sasl.frame_limit(max_bytes) if sasl else max_bytes)
+                    frame = await reader.readexactly(size) if pending else b""
+                if not pending:
+                    frame = await reader.readexactly(size)
             except TimeoutError:
-                log.info("closing idle connection from %s", host)
+                log.info("closing %s connection from %s", "idle" if sasl is None or
+                         sasl.authenticated else "unauthenticated", host)
                 return
-            try:
-                size = frame_size(prefix, max_bytes)
             except FrameTooLarge as exc:
-                log.warning("closing connection from %s: %s (socket.request.max.bytes)", host, exc)
+                log.warning("closing connection from %s: %s (socket.request.max.bytes, or "
+                            "sasl.server.max.receive.size before authentication)", host, exc)
                 return
-            frame = await reader.readexactly(size)
+            if sasl is not None:
+                reply = await sasl.on_frame(frame)
+                if reply is not None:
+                    if reply.frame is not None:
+                        writer.write(reply.frame)
+                        await writer.drain()
+                    if reply.close:
+                        return
+                    continue
+                if sasl.authenticated:
+                    session = sasl.session()
             self._busy.add(task)
             try:
                 async with self._request_slots:

@@ -109,13 +109,15 @@ def _tools() -> dict[str, ModuleType]:
         topics,
         txn,
         ui,
+        users,
         verify,
     )
 
     return {"topics": topics, "cluster": cluster, "dev-cluster": devcluster,
             "records": records, "configs": configs, "txn": txn,
             "metrics": metrics, "produce": console, "offsets": offsets, "groups": groups,
-            "dump-log": dumplog, "ui": ui, "consume": console, "verify": verify}
+            "dump-log": dumplog, "ui": ui, "consume": console, "users": users,
+            "verify": verify}
 
 
 def serve(args: argparse.Namespace) -> int:

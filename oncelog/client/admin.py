@@ -21,6 +21,8 @@ from oncelog.client.aio.admin import (
     OffsetSpec,
     PartitionReassignment,
     ProducerState,
+    ScramDeletion,
+    ScramUpsertion,
     TopicDescription,
     TransactionDescription,
     TransactionListing,
@@ -279,6 +281,18 @@ class Admin:
         return dict(self._run(
             self._core.incremental_alter_configs(ops, validate_only=validate_only)
         ))
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, dict[str, int] | KafkaClientError]:
+        """user -> {mechanism: iterations}, or that user's error (None: every user)."""
+        return dict(self._run(self._core.describe_user_scram_credentials(users)))
+
+    def alter_user_scram_credentials(
+        self, alterations: Iterable[ScramUpsertion | ScramDeletion]
+    ) -> dict[str, KafkaClientError | None]:
+        """Add, replace or remove SCRAM credentials; each user's error, None for success."""
+        return dict(self._run(self._core.alter_user_scram_credentials(alterations)))
 
     def force_terminate_transaction(self, transactional_id: str) -> None:
         """KIP-939 forceTerminateTransaction: abort the ongoing (even prepared) transaction."""

@@ -78,6 +78,16 @@ def _isolation(value: Any) -> int:
     raise ValueError(f"isolation.level must be read_committed or read_uncommitted: {value!r}")
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _security_protocol(value: Any) -> str:
+    text = str(value).strip().upper()
+    if text not in SECURITY_PROTOCOLS:
+        raise ValueError(f"security.protocol must be one of {', '.join(SECURITY_PROTOCOLS)}")
+    return text
+
+
 def _offset_reset(value: Any) -> str:
     text = str(value).strip().lower()
     aliases = {
@@ -112,13 +122,6 @@ def _strategies(value: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _security_protocol(value: Any) -> str:
-    text = str(value).strip().upper()
-    if text not in ("PLAINTEXT", "SSL"):
-        raise ValueError(f"{value!r}: oncelog.client speaks PLAINTEXT or SSL")
-    return text
-
-
 @dataclass(frozen=True)
 class _Option:
     default: Any
@@ -150,6 +153,13 @@ _OPTIONS: dict[str, _Option] = {
     "ssl.enabled.protocols": _Option("TLSv1.2,TLSv1.3", _str),
     "ssl.protocol": _Option("TLSv1.3", _str),
     "ssl.cipher.suites": _Option(None, _opt_str),
+    # security (oncelog.client.sasl): librdkafka's sasl.username / sasl.password, or the
+    # Java client's sasl.jaas.config; sasl.mechanisms is librdkafka's spelling.
+    "sasl.mechanism": _Option("GSSAPI", _str),
+    "sasl.mechanisms": _Option(None, _opt_str),
+    "sasl.username": _Option(None, _opt_str),
+    "sasl.password": _Option(None, _opt_str),
+    "sasl.jaas.config": _Option(None, _opt_str),
     # producer
     "acks": _Option(-1, _acks),
     "linger.ms": _Option(5, _int),
@@ -212,11 +222,11 @@ class ClientConfig:
         return name in self._values
 
     def tls_context(self) -> ssl.SSLContext | None:
-        """The TLS context of ``security.protocol=SSL`` (None for PLAINTEXT): trust from
+        """The TLS context of ``security.protocol=SSL`` or ``SASL_SSL`` (None otherwise): trust from
         ``ssl.truststore.location``, a client certificate from ``ssl.keystore.location``
         (mutual TLS), host names checked unless ``ssl.endpoint.identification.algorithm``
         is empty. ConfigError naming the setting when a file cannot be used."""
-        if self["security.protocol"] != "SSL":
+        if self["security.protocol"] not in ("SSL", "SASL_SSL"):
             return None
         settings = SslSettings.from_lookup(
             lambda name: self[name] if name in _OPTIONS else None)

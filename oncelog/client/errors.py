@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 __all__ = [
     "AbortableError",
+    "AuthenticationError",
     "BrokerConnectionError",
     "CommitFailedError",
     "ConcurrentTransactionsError",
@@ -124,6 +125,13 @@ class KafkaTimeoutError(RetriableError):
 
 class BrokerConnectionError(RetriableError):
     default_code = ErrorCode.network_exception
+
+
+class AuthenticationError(FatalError):
+    """SASL authentication failed (Java's SaslAuthenticationException): wrong credentials,
+    an unsupported mechanism (``code`` UNSUPPORTED_SASL_MECHANISM) or a refused exchange."""
+
+    default_code = ErrorCode.sasl_authentication_failed
 
 
 class CommitFailedError(KafkaClientError):
@@ -288,10 +296,13 @@ _BY_CODE: dict[ErrorCode, type[KafkaClientError]] = {
         IllegalGenerationError,
         UnknownMemberIdError,
         TopicAlreadyExistsError,
+        AuthenticationError,
     )
     if cls.default_code is not None
 }
 _BY_CODE[ErrorCode.record_list_too_large] = MessageSizeTooLargeError
+_BY_CODE[ErrorCode.unsupported_sasl_mechanism] = AuthenticationError
+_BY_CODE[ErrorCode.illegal_sasl_state] = AuthenticationError
 # Fatal for a producer although they have no class of their own.
 _FATAL_CODES = frozenset(
     {

@@ -77,6 +77,11 @@ CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     api.DESCRIBE_CONFIGS: (1, 4),
     api.ALTER_CONFIGS: (0, 2),
     api.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    # SASL (oncelog.client.sasl) and SCRAM users (oncelog.client.aio.admin)
+    api.SASL_HANDSHAKE: (1, 1),
+    api.SASL_AUTHENTICATE: (0, 2),
+    api.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    api.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 _HEAD = struct.Struct(">ihhih")

@@ -15,6 +15,8 @@ relative to ``metadata.etcd.prefix`` (default ``/oncelog``):
 - ``partitions/<topic>/<partition>`` — a PartitionState; its mod revision is the version
   compare-and-swap writes check (Kafka's znode version of the partition state).
 - ``producer_id_block`` — ``{"next": <first free producer id>}``.
+- ``scram_credentials`` — every SCRAM credential (oncelog.security.credentials' JSON:
+  salt, stored key, server key, iterations per user and mechanism; never a password).
 
 Topic names never contain ``/`` (Kafka allows ``[a-zA-Z0-9._-]``), so the last ``/`` of a
 partition key separates topic and partition. Values are compact JSON with sorted keys; a
@@ -109,6 +111,10 @@ class MetadataKeys:
     @property
     def producer_id_block(self) -> bytes:
         return self._key("producer_id_block")
+
+    @property
+    def scram_credentials(self) -> bytes:
+        return self._key("scram_credentials")
 
     def relative(self, key: bytes) -> str | None:
         """``key`` without the prefix; None for a key of another cluster."""

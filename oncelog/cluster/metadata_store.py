@@ -459,6 +459,24 @@ class EtcdMetadataStore:
                 logger.info("allocated producer ids [%d, %d) from etcd", first, first + count)
                 return first
 
+    # -- SCRAM credentials (oncelog.broker.cluster.credentials) ------------------------------
+    async def read_scram_credentials(self) -> tuple[bytes | None, int]:
+        """The credentials document and its mod revision (None, 0 when there is none)."""
+        client = await self._connected()
+        with self._errors("read SCRAM credentials"):
+            found = await client.get(self.keys.scram_credentials)
+        return (None, 0) if found is None else (bytes(found.value), int(found.mod_revision))
+
+    async def write_scram_credentials(self, data: bytes, expected_revision: int) -> bool:
+        """Replace the credentials document if it is still at ``expected_revision`` (0: it
+        must not exist); False when another broker changed it first."""
+        client = await self._connected()
+        t = client.transactions
+        key = self.keys.scram_credentials
+        succeeded, _ = await self._txn("write SCRAM credentials",
+                                       [t.mod(key) == expected_revision], [t.put(key, data)], [])
+        return succeeded
+
     # -- reading ------------------------------------------------------------------------------
     async def load(self) -> MetadataImage:
         client = await self._connected()

@@ -227,7 +227,8 @@ def test_bad_listener_configs_are_startup_errors_naming_the_key(
             "inter.broker.listener.name=PLAINTEXT", "security.inter.broker.protocol=SSL"],
         "inter.broker.listener.name must be a listener name": [
             "security.inter.broker.protocol=SSL", f"listeners=PLAINTEXT://{LOOPBACK}:{port}"],
-        "SASL is not supported yet": [f"listeners=SASL_SSL://{LOOPBACK}:{port}"],
+        "sasl.enabled.mechanisms: GSSAPI": [f"listeners=SASL_PLAINTEXT://{LOOPBACK}:{port}",
+                                            "sasl.enabled.mechanisms=GSSAPI,PLAIN"],
     }
     for expected, configs in cases.items():
         if expected != "inter.broker.listener.name must be a listener name":

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from oncelog.broker.cluster.view import EtcdClusterView
 from oncelog.broker.markers import broker_client_id
 from oncelog.client.aio.connection import BrokerConnection
+from oncelog.client.sasl import SaslCredentials
 
 __all__ = ["PeerConnections", "indexes_by_topic"]
 
@@ -27,9 +28,11 @@ class PeerConnections:
     """One BrokerConnection per live peer of the image."""
 
     def __init__(self, view: EtcdClusterView, request_timeout_ms: int,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None) -> None:
         self.view = view
         self.tls = tls  # the inter-broker listener's TLS (None: PLAINTEXT)
+        self.sasl = sasl  # this broker's SASL login on it (None: no SASL)
         self.request_timeout_ms = request_timeout_ms
         self._connections: dict[int, BrokerConnection] = {}
         self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -52,7 +55,8 @@ class PeerConnections:
             await conn.close("reconnecting")
         conn = BrokerConnection(endpoint.host, endpoint.port, node_id=node_id,
                                 client_id=broker_client_id(self.view.node_id),
-                                request_timeout_ms=self.request_timeout_ms, tls=self.tls)
+                                request_timeout_ms=self.request_timeout_ms, tls=self.tls,
+                                sasl=self.sasl)
         self._connections[node_id] = conn
         try:
             await conn.connect()

@@ -39,8 +39,10 @@ from typing import Any
 
 from oncelog.broker.listeners import inter_broker_client_tls
 from oncelog.broker.partition import Partition
+from oncelog.broker.sasl import inter_broker_client_sasl
 from oncelog.client.aio.connection import BrokerConnection
 from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
+from oncelog.client.sasl import SaslCredentials
 from oncelog.client.wire import nested, request
 from oncelog.cluster.follower import (
     EpochEndOffset,
@@ -82,11 +84,13 @@ class FetcherConfig:
     fetch_backoff_ms: int = 1000
     socket_timeout_ms: int = 30_000
     tls: ssl.SSLContext | None = None  # the inter-broker listener's TLS (None: PLAINTEXT)
+    sasl: SaslCredentials | None = None  # this broker's SASL login on it (None: no SASL)
 
     @classmethod
     def from_broker(cls, config: Any) -> FetcherConfig:
         return cls(
             tls=inter_broker_client_tls(config),
+            sasl=inter_broker_client_sasl(config),
             fetch_wait_max_ms=int(config["replica.fetch.wait.max.ms"]),
             fetch_max_bytes=int(config["replica.fetch.max.bytes"]),
             fetch_response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
@@ -128,7 +132,7 @@ class ReplicaFetcher:
             leader.host, leader.port, node_id=leader.node_id,
             client_id=f"oncelog-replica-fetcher-{self.local_id}",
             request_timeout_ms=self.config.socket_timeout_ms + self.config.fetch_wait_max_ms,
-            tls=self.config.tls,
+            tls=self.config.tls, sasl=self.config.sasl,
         )
 
     # -- partitions ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ module.
 - ``admin_groups``: consumer groups, their offsets, ListOffsets, DeleteRecords;
 - ``admin_transactions``: transactions and producers (KIP-939 force-terminate, abort of a
   hanging transaction); find-hanging is built on them in ``oncelog.client.admin_views``;
+- ``admin_scram``: SCRAM credentials (KIP-554);
 - ``admin_types``: the value types they take and answer, and ``AdminBase``.
 """
 
@@ -19,6 +20,7 @@ from oncelog.client.aio.admin_groups import (
     MemberDescription,
     OffsetSpec,
 )
+from oncelog.client.aio.admin_scram import ScramAdmin, ScramDeletion, ScramUpsertion
 from oncelog.client.aio.admin_topics import TopicsAdmin
 from oncelog.client.aio.admin_transactions import TransactionsAdmin
 from oncelog.client.aio.admin_types import (
@@ -51,11 +53,13 @@ __all__ = [
     "PartitionReassignment",
     "ProducerState",
     "ReplicaInfo",
+    "ScramDeletion",
+    "ScramUpsertion",
     "TopicDescription",
     "TransactionDescription",
     "TransactionListing",
 ]
 
 
-class AIOAdmin(TopicsAdmin, ClusterAdmin, GroupsAdmin, TransactionsAdmin):
+class AIOAdmin(TopicsAdmin, ClusterAdmin, GroupsAdmin, TransactionsAdmin, ScramAdmin):
     """Kafka's Admin client on asyncio: every role's methods on one object."""

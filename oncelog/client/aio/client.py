@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from oncelog.client.aio.connection import BrokerConnection
 from oncelog.client.config import ClientConfig
 from oncelog.client.errors import (
+    AuthenticationError,
     BrokerConnectionError,
     CoordinatorNotAvailableError,
     KafkaClientError,
@@ -30,6 +31,7 @@ from oncelog.client.errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
+from oncelog.client.sasl import sasl_credentials
 from oncelog.client.wire import nested, request
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
@@ -75,6 +77,7 @@ def _now() -> float:
 class KafkaClient:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self._sasl = sasl_credentials(config)
         self.client_id: str = config["client.id"]
         self.request_timeout_ms: int = config["request.timeout.ms"]
         self.metadata = ClusterMetadata()
@@ -97,6 +100,7 @@ class KafkaClient:
             request_timeout_ms=self.request_timeout_ms,
             connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"],
             tls=self._tls,
+            sasl=self._sasl,
         )
 
     async def connection(self, node_id: int) -> BrokerConnection:
@@ -133,6 +137,8 @@ class KafkaClient:
             try:
                 await conn.connect()
                 return conn
+            except AuthenticationError:
+                raise  # refused credentials: another broker would refuse them too
             except KafkaClientError as exc:
                 errors.append(str(exc))
         raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))

@@ -6,16 +6,22 @@ correlation id. The first exchange is ApiVersions; afterwards ``version(api_key)
 highest version both this client and the broker support. A request that gets no answer
 within ``request.timeout.ms`` closes the connection (as the Java client does), failing every
 request in flight on it with a retriable error.
+
+With SASL credentials (oncelog.client.sasl) the connection authenticates right after
+ApiVersions, and when the broker gave the session a lifetime (KIP-368) it re-authenticates
+before the next request sent after 85% of it has passed (the Java client picks 85-95%).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import ssl
 import struct
+import time
 from typing import Any
 
 from oncelog.client.errors import (
@@ -24,6 +30,7 @@ from oncelog.client.errors import (
     UnsupportedVersionError,
     error_for,
 )
+from oncelog.client.sasl import SaslCredentials, authenticate
 from oncelog.client.wire import (
     CLIENT_VERSIONS,
     TRANSACTION_VERSION_FEATURE,
@@ -58,6 +65,7 @@ class BrokerConnection:
         request_timeout_ms: int = 30000,
         connect_timeout_ms: int = 10000,
         tls: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.host = host
         self.tls = tls  # SSL / SASL_SSL: the TLS context (None: plaintext)
@@ -65,6 +73,9 @@ class BrokerConnection:
         self.node_id = node_id
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
+        self.sasl = sasl
+        self._reauthenticate_at: float | None = None  # monotonic seconds
+        self._auth_lock = asyncio.Lock()  # requests wait while re-authenticating
         self.connect_timeout_ms = connect_timeout_ms
         self.broker_versions: dict[int, tuple[int, int]] = {}
         # The broker's finalized ``transaction.version`` (ApiVersions v3+; 0 when absent).
@@ -107,6 +118,8 @@ class BrokerConnection:
             self._read_loop(), name=f"oncelog-conn-{self.host}:{self.port}"
         )
         await self._negotiate()
+        if self.sasl is not None:
+            await self._authenticate()
         logger.debug("connected to node %s at %s:%s", self.node_id, self.host, self.port)
 
     async def _negotiate(self) -> None:
@@ -145,6 +158,20 @@ class BrokerConnection:
             return
         await self.close("ApiVersions negotiation failed")
         raise UnsupportedVersionError(f"{self.host}:{self.port} refused every ApiVersions version")
+
+    async def _authenticate(self) -> None:
+        assert self.sasl is not None
+        version = self.version(api.SASL_AUTHENTICATE)
+        try:
+            lifetime_ms = await authenticate(functools.partial(self.send, sasl_step=True),
+                                             self.sasl, version)
+        except Exception:
+            await self.close("SASL authentication failed")
+            raise
+        self._reauthenticate_at = (time.monotonic() + 0.85 * lifetime_ms / 1000
+                                   if lifetime_ms > 0 else None)
+        logger.debug("authenticated to %s:%s as %s (%s), session lifetime %d ms", self.host,
+                     self.port, self.sasl.username, self.sasl.mechanism, lifetime_ms)
 
     async def close(self, reason: str = "closed") -> None:
         if self._closed and self._writer is None:
@@ -195,11 +222,18 @@ class BrokerConnection:
         return negotiate(api_key, self.broker_versions.get(api_key)) is not None
 
     async def send(
-        self, body: Any, *, expect_response: bool = True, timeout_ms: int | None = None
+        self, body: Any, *, expect_response: bool = True, timeout_ms: int | None = None,
+        sasl_step: bool = False,
     ) -> Any:
         """Send one request entity; return the decoded response (None without one)."""
         if self._closed or self._writer is None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
+        if not sasl_step and (self._reauthenticate_at is not None or self._auth_lock.locked()):
+            async with self._auth_lock:
+                due = self._reauthenticate_at
+                if due is not None and time.monotonic() >= due and not self._closed:
+                    self._reauthenticate_at = None
+                    await self._authenticate()
         correlation_id = next(self._correlation)
         frame = encode_request(correlation_id, self.client_id, body)
         future: asyncio.Future[Any] | None = None
