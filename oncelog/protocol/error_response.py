@@ -49,12 +49,16 @@ _LIST_SOURCES: dict[str, tuple[str, ...]] = {
 # Request lists of lists a response list is mirrored from, flattened (AlterReplicaLogDirs:
 # its results are per topic, its request's topics per target directory).
 _NESTED_SOURCES: dict[str, tuple[str, str]] = {"results": ("dirs", "topics")}
+# Request lists a response list is mirrored from together, one entry per distinct name
+# (AlterUserScramCredentials: a result per user named in its deletions or upsertions).
+_JOINED_SOURCES: dict[str, tuple[str, str]] = {"results": ("deletions", "upsertions")}
 # Request fields a response key is copied from, when their names differ.
 _KEY_SOURCES: dict[str, tuple[str, ...]] = {
     "partition_index": ("partition", "index"),
     "name": ("topic",),
     "topic": ("name",),
     "topic_name": ("name",),
+    "user": ("name",),
 }
 _UNKNOWN_IS_MINUS_ONE = ("_id", "offset", "epoch", "timestamp", "watermark")
 _EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
@@ -137,6 +141,11 @@ def _source_list(name: str, source: Any) -> tuple[Any, ...]:
     groups = getattr(source, outer, None) if outer else None
     if isinstance(groups, tuple):
         return tuple(item for group in groups for item in getattr(group, inner, ()))
+    first, second = _JOINED_SOURCES.get(name, ("", ""))
+    if first and isinstance(getattr(source, first, None), tuple):
+        by_name = {getattr(item, "name", None): item
+                   for item in (*getattr(source, first), *getattr(source, second, ()))}
+        return tuple(by_name.values())
     for candidate in (name, *_LIST_SOURCES.get(name, ())):
         value = getattr(source, candidate, None)
         if isinstance(value, tuple):
