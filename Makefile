@@ -74,8 +74,14 @@ $(GO_HARNESS): tests/go/go.mod tests/go/go.sum $(wildcard tests/go/*.go)
 
 go-harness: $(GO_HARNESS)
 
+# The suite runs on TEST_WORKERS pytest-xdist workers: most tests wait on subprocesses
+# (brokers, JVMs, etcd), so 3 workers on 2 cores roughly halve the wall time. --dist
+# loadgroup keeps each xdist_group on one worker: the reference Kafka tests (one Kafka JVM
+# at a time) and the Spark tests (one SparkSession). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 3
+
 test: $(TEST_STAMP) lint reference js browser etcd go-harness
-	$(VENV)/bin/pytest -q tests
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 # For development: lint and the unit tests only (no broker processes, no Java), under a minute.
 test-fast: $(TEST_STAMP) lint

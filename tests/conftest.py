@@ -13,6 +13,12 @@
   tests/js/admin_runner.js (tests/support/kafkajs.py); fails, never skips, without node or
   ``make js``.
 
+Under pytest-xdist (``make test`` runs ``pytest -n 3 --dist loadgroup``) each worker has its
+own session: session fixtures (``shared_broker``, the Spark session) are per worker, ports
+are free ports, data dirs are under each worker's tmp_path. Tests that must not run
+concurrently with each other share an ``xdist_group`` (the reference Kafka's, below; the
+Spark tests', tests/spark/conftest.py).
+
 Every process a fixture started is killed (SIGKILL) at teardown, whatever the test did; when
 the test failed, the broker's log is printed so it shows up in the report.
 """
@@ -37,6 +43,7 @@ from oncelog.harness.broker import BrokerProcess  # noqa: E402
 from oncelog.harness.etcd import EtcdMissing, EtcdProcess, start_etcd  # noqa: E402
 from oncelog.harness.fault_proxy import FaultProxy  # noqa: E402
 from oncelog.harness.net import free_port  # noqa: E402
+from tests.support.kafka import XDIST_GROUP as KAFKA_XDIST_GROUP  # noqa: E402
 from tests.support.kafka import (  # noqa: E402
     KafkaFactory,
     KafkaProcess,
@@ -50,6 +57,17 @@ from tests.support.names import unique_topic  # noqa: E402
 from tests.support.tls import TlsMaterial  # noqa: E402
 
 __all__ = ["unique_topic"]
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Puts every test that starts the reference Kafka (``kafka_factory``, also behind
+    ``kafka_broker``) in one pytest-xdist group: with ``--dist loadgroup`` (``make test``)
+    they all run on one worker, so only one Kafka JVM runs at a time. First, so that
+    xdist's own hook sees the mark when it names the groups."""
+    for item in items:
+        if "kafka_factory" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(KAFKA_XDIST_GROUP))
+
 
 _REPORT_KEY = pytest.StashKey[dict[str, pytest.TestReport]]()
 

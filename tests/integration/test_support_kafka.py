@@ -17,6 +17,7 @@ from txn_clients import ConfluentTxnClient
 from oncelog.harness.broker import BrokerProcess
 from tests.support.kafka import (
     KAFKA_VERSION,
+    XDIST_GROUP,
     KafkaFactory,
     KafkaProcess,
     ReferenceKafkaMissing,
@@ -24,6 +25,10 @@ from tests.support.kafka import (
     run_harness,
 )
 from tests.support.names import unique_name, unique_topic
+
+# test_java_probe_commits_a_transaction gets Kafka through request.getfixturevalue, which
+# the fixture-based grouping in tests/conftest.py cannot see.
+pytestmark = pytest.mark.xdist_group(XDIST_GROUP)
 
 
 def test_kafka_transactions_and_read_committed(kafka_broker: KafkaProcess) -> None:

@@ -2,6 +2,7 @@
 need it) one local SparkSession for the whole session: the JVM takes seconds to start.
 
 Every test here is marked ``spark``; run them with ``pytest tests/spark`` (or ``-m spark``).
+Under pytest-xdist they are all in the ``spark`` group (one worker, one JVM).
 """
 
 from __future__ import annotations
@@ -40,11 +41,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spark: needs pyspark (and a JVM for most tests)")
 
 
+# Under pytest-xdist (`make test`: `--dist loadgroup`) every Spark test runs on one worker:
+# one SparkSession JVM for them all, and never two Spark JVMs (the session's and a
+# pipeline's spark-submit) from different workers at once on the shared cores.
+XDIST_GROUP = "spark"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's hook, which names the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = os.path.dirname(__file__)
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.xdist_group(XDIST_GROUP))
 
 
 @pytest.fixture(scope="session")

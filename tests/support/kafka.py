@@ -419,6 +419,12 @@ class KafkaProcess(ServerProcess):
         return code
 
 
+# Under pytest-xdist (`make test`: `--dist loadgroup`) every test that starts a reference
+# Kafka JVM runs on one worker, so at most one of these 512 MB JVMs runs at a time. The
+# ``kafka_factory`` fixture puts its users in the group (tests/conftest.py); a test that
+# gets Kafka another way (``request.getfixturevalue``) is marked with it explicitly.
+XDIST_GROUP = "reference-kafka"
+
 KafkaFactory = Callable[..., KafkaProcess]
 """The ``kafka_factory`` fixture: ``(start=True, data_dir=None, **KafkaProcess kwargs)``."""
 
