@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from oncelog.config_key import INT_MAX, LONG_MAX, ConfigKey, ConfigType, Dynamic
+from oncelog.security.acl import AUTHORIZER_CLASSES
 from oncelog.security.tls import CLIENT_AUTH
 
 STORAGE_ENGINE_SCHEMES = ("file", "memory")
@@ -26,6 +27,12 @@ def storage_engine_scheme(url: str) -> str:
         known = ", ".join(f"{s}:" for s in STORAGE_ENGINE_SCHEMES)
         raise ValueError(f"unknown storage engine {url!r}; known engines: {known}")
     return scheme
+
+
+def _authorizer_class(value: Any) -> str | None:
+    if value in ("", None, *AUTHORIZER_CLASSES):
+        return None
+    return f"oncelog has one authorizer: {AUTHORIZER_CLASSES[0]} (or empty for none)"
 
 
 def _log_dirs_text(text: str) -> str:
@@ -272,6 +279,14 @@ _BROKER_KEYS = [
          "sessions never expire.", at_least=0),
     _key("sasl.server.max.receive.size", INT, 524288, "Largest request accepted before a "
          "SASL connection is authenticated.", at_least=1),
+    # ACLs (oncelog.security.acl): empty authorizer.class.name = no authorizer, as Kafka.
+    _key("authorizer.class.name", T, "", "The authorizer: empty for none (everything is "
+         "allowed), or org.apache.kafka.metadata.authorizer.StandardAuthorizer for ACLs.",
+         validator=_authorizer_class),
+    _key("super.users", T, None, "Principals allowed everything by the authorizer, "
+         "separated by semicolons (User:admin;User:broker)."),
+    _key("allow.everyone.if.no.acl.found", B, False, "With an authorizer: whether a "
+         "resource without any ACL is open to everyone."),
     _key("queued.max.requests", INT, 500, "Requests handled at once over all connections.",
          at_least=1),
     _key("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.",

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncelog.broker import api
+from oncelog.broker.cluster.acls import ClusterAclStore
 from oncelog.broker.cluster.coordinator_roles import (
     GroupCoordinatorRoles,
     TxnCoordinatorRoles,
@@ -61,6 +62,8 @@ from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager, ProducerIdSource
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, internal_topic_specs
+from oncelog.security.acl import AclAuthorizer, parse_super_users
+from oncelog.security.acl_store import AclStore, FileAclStore
 from oncelog.security.credentials import FileCredentialStore
 from oncelog.ui.server import Console, bind_console, serve_console
 
@@ -174,6 +177,7 @@ class Broker:
         node = NodeIdentity(
             self.node_id, self.cluster_id, self.advertised_host, self.advertised_port
         )
+        acls, authorizer = self._build_authorizer()
         self.services = BrokerContext(
             config=self.config,
             clock=self.clock,
@@ -187,6 +191,8 @@ class Broker:
             cleaner=self.cleaner,
             credentials=FileCredentialStore(self.data_dir) if self.member is None
             else ClusterCredentialStore(self.member.store),
+            authorizer=authorizer,
+            acls=acls,
             txn_verifier=None if self.member is None else RemoteTxnVerifier(
                 PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
                                 self.peer_sasl)),
@@ -195,6 +201,20 @@ class Broker:
                 PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
                                 self.peer_sasl)),
         )
+
+    def _build_authorizer(self) -> tuple[AclStore | None, AclAuthorizer | None]:
+        """``authorizer.class.name`` set: the ACL store (a file here, the metadata store in
+        a cluster) and the authorizer deciding from it; else neither (all allowed)."""
+        if not self.config["authorizer.class.name"]:
+            return None, None
+        store: AclStore = (FileAclStore(self.data_dir) if self.member is None
+                           else ClusterAclStore(self.member.store, self.member.cache))
+        super_users = parse_super_users(self.config["super.users"])
+        everyone = bool(self.config["allow.everyone.if.no.acl.found"])
+        log.info("authorizer %s: %d super users, allow.everyone.if.no.acl.found=%s",
+                    self.config["authorizer.class.name"], len(super_users), everyone)
+        return store, AclAuthorizer(store.current, super_users=super_users,
+                                    allow_everyone_if_no_acl_found=everyone)
 
     def _cluster_view(self, node: NodeIdentity) -> ClusterView:
         if self.member is None:

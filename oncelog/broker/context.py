@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.producer_ids import ProducerIdSource
     from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
+    from oncelog.security.acl_store import AclStore
+    from oncelog.security.authorizer import Authorizer
     from oncelog.security.credentials import CredentialStore
 
 
@@ -64,3 +66,7 @@ class BrokerContext:
     elections: ClusterElections | None = None
     # SCRAM credentials (SASL listeners, *UserScramCredentials); None: no SCRAM users.
     credentials: CredentialStore | None = None
+    # ACLs (authorizer.class.name): None when no authorizer is configured (as Kafka:
+    # everything is allowed, and the ACL APIs answer SECURITY_DISABLED).
+    authorizer: Authorizer | None = None
+    acls: AclStore | None = None

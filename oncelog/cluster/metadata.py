@@ -118,7 +118,7 @@ class VersionedPartitionState:
 class MetadataEvent:
     """One change seen through the store's watch, in the store's order. Exactly one of the
     payload fields is set unless ``deleted`` (then the key alone says what went away):
-    ``kind`` is "broker", "topic", "partition" or "controller"."""
+    ``kind`` is "broker", "topic", "partition", "controller" or "acls"."""
 
     kind: str
     revision: int
@@ -130,6 +130,7 @@ class MetadataEvent:
     partition: tuple[str, int] | None = None
     partition_state: VersionedPartitionState | None = None
     controller: tuple[int, int] | None = None  # (node id, controller epoch)
+    acls: bytes | None = None  # the ACL document (oncelog.broker.cluster.acls)
 
 
 @dataclass(slots=True)
@@ -142,6 +143,7 @@ class MetadataImage:
     topics: dict[str, TopicAssignment] = field(default_factory=dict)
     partitions: dict[tuple[str, int], VersionedPartitionState] = field(default_factory=dict)
     controller: tuple[int, int] | None = None  # (node id, controller epoch)
+    acls: bytes | None = None  # the ACL document as stored (oncelog.security.acl JSON)
 
     def apply(self, event: MetadataEvent) -> None:
         """Apply one watched change (events arrive in revision order)."""
@@ -171,6 +173,8 @@ class MetadataImage:
                 self.partitions[event.partition] = event.partition_state
         elif event.kind == "controller":
             self.controller = None if event.deleted else event.controller
+        elif event.kind == "acls":
+            self.acls = None if event.deleted else event.acls
         else:
             raise ValueError(f"unknown metadata event kind {event.kind!r}")
 

@@ -17,6 +17,8 @@ relative to ``metadata.etcd.prefix`` (default ``/oncelog``):
 - ``producer_id_block`` — ``{"next": <first free producer id>}``.
 - ``scram_credentials`` — every SCRAM credential (oncelog.security.credentials' JSON:
   salt, stored key, server key, iterations per user and mechanism; never a password).
+- ``acls`` — every ACL binding (oncelog.security.acl's JSON), watched into
+  ``MetadataImage.acls``.
 
 Topic names never contain ``/`` (Kafka allows ``[a-zA-Z0-9._-]``), so the last ``/`` of a
 partition key separates topic and partition. Values are compact JSON with sorted keys; a
@@ -59,6 +61,7 @@ BROKERS = "brokers/"
 TOPICS = "topics/"
 PARTITIONS = "partitions/"
 CONTROLLER = "controller"
+ACLS = "acls"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,10 @@ class MetadataKeys:
     @property
     def scram_credentials(self) -> bytes:
         return self._key("scram_credentials")
+
+    @property
+    def acls(self) -> bytes:
+        return self._key(ACLS)
 
     def relative(self, key: bytes) -> str | None:
         """``key`` without the prefix; None for a key of another cluster."""
@@ -307,6 +314,9 @@ def decode_event(
         return MetadataEvent(
             "partition", mod_revision, partition=partition, partition_state=versioned
         )
+    if relative == ACLS:
+        return MetadataEvent("acls", mod_revision, deleted=deleted,
+                             acls=None if deleted else bytes(value))
     if relative == CONTROLLER:
         if deleted:
             return MetadataEvent("controller", mod_revision, deleted=True)

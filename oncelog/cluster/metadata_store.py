@@ -477,6 +477,24 @@ class EtcdMetadataStore:
                                        [t.mod(key) == expected_revision], [t.put(key, data)], [])
         return succeeded
 
+    # -- ACLs (oncelog.broker.cluster.acls) ---------------------------------------------------
+    async def read_acls(self) -> tuple[bytes | None, int]:
+        """The ACL document and its mod revision (None, 0 when there is none)."""
+        client = await self._connected()
+        with self._errors("read ACLs"):
+            found = await client.get(self.keys.acls)
+        return (None, 0) if found is None else (bytes(found.value), int(found.mod_revision))
+
+    async def write_acls(self, data: bytes, expected_revision: int) -> bool:
+        """Replace the ACL document if it is still at ``expected_revision`` (0: it must not
+        exist); False when another broker changed it first."""
+        client = await self._connected()
+        t = client.transactions
+        key = self.keys.acls
+        succeeded, _ = await self._txn("write ACLs",
+                                       [t.mod(key) == expected_revision], [t.put(key, data)], [])
+        return succeeded
+
     # -- reading ------------------------------------------------------------------------------
     async def load(self) -> MetadataImage:
         client = await self._connected()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from oncelog.broker.api.authorized import AclOperation
+from oncelog.security.acl import AclOperation
 from oncelog.security.principal import Session
 
 

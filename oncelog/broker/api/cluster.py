@@ -72,7 +72,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=node.cluster_id,
         controller_id=view.controller_id(),
         brokers=brokers,
-        cluster_authorized_operations=cluster_operations(wanted),
+        cluster_authorized_operations=cluster_operations(wanted, ctx),
     )
 
 

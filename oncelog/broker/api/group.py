@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.api.authorized import group_operations
 from oncelog.broker.cluster_view import (
     GROUP_KEY,
     NO_LEADER,
@@ -43,10 +44,6 @@ if TYPE_CHECKING:
     from oncelog.coordinator.transaction import TransactionCoordinator
 
 log = logging.getLogger(__name__)
-
-# DescribeGroups' "authorized operations not requested" value.
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-
 
 # ---------------------------------------------------------------------------------------
 # FindCoordinator
@@ -504,7 +501,9 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 protocol_type=d.protocol_type,
                 protocol_data=d.protocol,
                 members=members,
-                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                authorized_operations=group_operations(
+                    bool(getattr(request, "include_authorized_operations", False)), ctx,
+                    d.group_id),
             )
         )
     return make(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(described))

@@ -28,8 +28,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     registry = ctx.services.partitions
     mod = response_module(versions.METADATA, ctx.api_version)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
-    topic_ops = topic_operations(bool(getattr(request, "include_topic_authorized_operations",
-                                              False)))
+    wants_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
 
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
@@ -57,7 +56,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         except KafkaError as exc:
             topics.append(_topic_error(mod, name, exc.code))
             continue
-        topics.append(_topic(mod, info, view, topic_ops, ctx))
+        topics.append(_topic(mod, info, view, topic_operations(wants_topic_ops, ctx, name), ctx))
 
     brokers = tuple(
         make(mod.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port,
@@ -72,7 +71,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         controller_id=view.controller_id(),
         topics=tuple(topics),
         cluster_authorized_operations=cluster_operations(
-            bool(getattr(request, "include_cluster_authorized_operations", False))
+            bool(getattr(request, "include_cluster_authorized_operations", False)), ctx
         ),
     )
 
