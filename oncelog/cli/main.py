@@ -97,6 +97,7 @@ def _tools() -> dict[str, ModuleType]:
     """The talk-to-a-broker commands by name, and the module that adds and runs each
     (imported only when the command line is built, so `serve` starts without them)."""
     from oncelog.cli import (
+        acls,
         cluster,
         configs,
         console,
@@ -117,7 +118,7 @@ def _tools() -> dict[str, ModuleType]:
             "records": records, "configs": configs, "txn": txn,
             "metrics": metrics, "produce": console, "offsets": offsets, "groups": groups,
             "dump-log": dumplog, "ui": ui, "consume": console, "users": users,
-            "verify": verify}
+            "verify": verify, "acls": acls}
 
 
 def serve(args: argparse.Namespace) -> int:

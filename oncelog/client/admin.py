@@ -36,6 +36,7 @@ from oncelog.client.types import (
     OffsetAndMetadata,
     TopicPartition,
 )
+from oncelog.security.acl import AclBinding, AclBindingFilter
 
 __all__ = ["Admin"]
 
@@ -293,6 +294,20 @@ class Admin:
     ) -> dict[str, KafkaClientError | None]:
         """Add, replace or remove SCRAM credentials; each user's error, None for success."""
         return dict(self._run(self._core.alter_user_scram_credentials(alterations)))
+
+    def create_acls(self, bindings: Iterable[AclBinding]
+                    ) -> dict[AclBinding, KafkaClientError | None]:
+        """Create ACL bindings; each one's error, None for success."""
+        return dict(self._run(self._core.create_acls(bindings)))
+
+    def describe_acls(self, flt: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACL bindings the filter matches (default: all)."""
+        return list(self._run(self._core.describe_acls(flt)))
+
+    def delete_acls(self, filters: Sequence[AclBindingFilter]
+                    ) -> list[list[AclBinding] | KafkaClientError]:
+        """Delete what each filter matches; per filter the deleted bindings or its error."""
+        return list(self._run(self._core.delete_acls(filters)))
 
     def force_terminate_transaction(self, transactional_id: str) -> None:
         """KIP-939 forceTerminateTransaction: abort the ongoing (even prepared) transaction."""

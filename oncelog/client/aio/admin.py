@@ -7,11 +7,13 @@ module.
 - ``admin_transactions``: transactions and producers (KIP-939 force-terminate, abort of a
   hanging transaction); find-hanging is built on them in ``oncelog.client.admin_views``;
 - ``admin_scram``: SCRAM credentials (KIP-554);
+- ``admin_acls``: ACLs (CreateAcls, DescribeAcls, DeleteAcls);
 - ``admin_types``: the value types they take and answer, and ``AdminBase``.
 """
 
 from __future__ import annotations
 
+from oncelog.client.aio.admin_acls import AclAdmin
 from oncelog.client.aio.admin_cluster import ClusterAdmin
 from oncelog.client.aio.admin_groups import (
     ConsumerGroupDescription,
@@ -61,5 +63,6 @@ __all__ = [
 ]
 
 
-class AIOAdmin(TopicsAdmin, ClusterAdmin, GroupsAdmin, TransactionsAdmin, ScramAdmin):
+class AIOAdmin(TopicsAdmin, ClusterAdmin, GroupsAdmin, TransactionsAdmin, ScramAdmin,
+               AclAdmin):
     """Kafka's Admin client on asyncio: every role's methods on one object."""

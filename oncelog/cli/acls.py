@@ -1,0 +1,187 @@
+"""``oncelog acls``: ACLs through CreateAcls, DescribeAcls and DeleteAcls, modelled on
+``kafka-acls.sh``.
+
+    oncelog acls add    --allow-principal User:alice [--allow-host H] [--deny-principal P]
+                        [--deny-host H] --operation Read [--operation Describe ...]
+                        (--topic T | --group G | --transactional-id X | --cluster) ...
+                        [--resource-pattern-type literal|prefixed]
+    oncelog acls remove (same options; without principals: every ACL of the resources)
+                        [--force]   (else asks for confirmation on a terminal)
+    oncelog acls list   [resources] [--principal P] [--resource-pattern-type any|match|...]
+
+Operations are Kafka's names (Read, Write, Create, Delete, Alter, Describe, ClusterAction,
+DescribeConfigs, AlterConfigs, IdempotentWrite, TwoPhaseCommit, All; any case); hosts
+default to ``*`` as in kafka-acls.sh. The broker must run with an authorizer
+(``authorizer.class.name``), else it answers SECURITY_DISABLED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from oncelog.cli.common import (
+    CommandError,
+    connection_options,
+    open_admin,
+    print_table,
+    run_command,
+)
+from oncelog.security.acl import (
+    CLUSTER_NAME,
+    WILDCARD,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    parse_enum,
+)
+
+
+def _options(parser: argparse.ArgumentParser, *, listing: bool) -> None:
+    parser.add_argument("--topic", action="append", default=[], metavar="NAME")
+    parser.add_argument("--group", action="append", default=[], metavar="NAME")
+    parser.add_argument("--transactional-id", action="append", default=[], metavar="ID")
+    parser.add_argument("--cluster", action="store_true", help="the cluster resource")
+    parser.add_argument("--resource-pattern-type", default=None,
+                        choices=["literal", "prefixed", "any", "match"],
+                        help="default: literal (list without a resource: any)")
+    if listing:
+        parser.add_argument("--principal", default=None, help="only this principal's ACLs")
+        return
+    parser.add_argument("--allow-principal", action="append", default=[], metavar="P")
+    parser.add_argument("--deny-principal", action="append", default=[], metavar="P")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST")
+    parser.add_argument("--deny-host", action="append", default=[], metavar="HOST")
+    parser.add_argument("--operation", action="append", default=[], metavar="OP",
+                        help="repeatable; default All")
+    parser.add_argument("--force", action="store_true", help="remove without asking")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("acls", help="add, remove and list ACLs")
+    actions = p.add_subparsers(dest="acls_action", required=True)
+    for name, text in (("add", "add ACLs"), ("remove", "remove ACLs")):
+        _options(actions.add_parser(name, parents=[connection_options()], help=text),
+                 listing=False)
+    _options(actions.add_parser("list", parents=[connection_options()], help="list ACLs"),
+             listing=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    body = {"add": cmd_add, "remove": cmd_remove, "list": cmd_list}[args.acls_action]
+    return run_command(args, body, f"acls {args.acls_action}")
+
+
+def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
+    found = [(ResourceType.TOPIC, t) for t in args.topic]
+    found += [(ResourceType.GROUP, g) for g in args.group]
+    found += [(ResourceType.TRANSACTIONAL_ID, x) for x in args.transactional_id]
+    if args.cluster:
+        found.append((ResourceType.CLUSTER, CLUSTER_NAME))
+    return found
+
+
+def _pattern_type(args: argparse.Namespace, default: PatternType) -> PatternType:
+    text = args.resource_pattern_type
+    return default if text is None else PatternType[text.upper()]
+
+
+def _entries(args: argparse.Namespace) -> list[AccessControlEntry]:
+    try:
+        operations = [parse_enum(AclOperation, op) for op in args.operation] or [
+            AclOperation.ALL]
+    except ValueError as exc:
+        raise CommandError(str(exc), 2) from None
+    entries = []
+    for principals, hosts, permission in (
+            (args.allow_principal, args.allow_host, AclPermissionType.ALLOW),
+            (args.deny_principal, args.deny_host, AclPermissionType.DENY)):
+        entries += [AccessControlEntry(p, h, op, permission) for p in principals
+                    for h in hosts or [WILDCARD] for op in operations]
+    return entries
+
+
+def _bindings(args: argparse.Namespace) -> list[AclBinding]:
+    resources = _resources(args)
+    if not resources:
+        raise CommandError("name a resource: --topic, --group, --transactional-id or "
+                           "--cluster", 2)
+    pattern_type = _pattern_type(args, PatternType.LITERAL)
+    return [AclBinding(ResourcePattern(rtype, name, pattern_type), entry)
+            for rtype, name in resources for entry in _entries(args)]
+
+
+def _print(bindings: list[AclBinding]) -> None:
+    print_table(["RESOURCE_TYPE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION",
+                 "PERMISSION"],
+                [[b.pattern.resource_type.name, b.pattern.name, b.pattern.pattern_type.name,
+                  b.entry.principal, b.entry.host, b.entry.operation.name,
+                  b.entry.permission.name] for b in sorted(bindings)])
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    bindings = _bindings(args)
+    if not bindings:
+        raise CommandError("name a principal: --allow-principal or --deny-principal", 2)
+    with open_admin(args) as admin:
+        results = admin.create_acls(bindings)
+    failed = [(b, e) for b, e in results.items() if e is not None]
+    for binding, error in failed:
+        print(f"oncelog: {binding}: {error}", file=sys.stderr)
+    _print([b for b, e in results.items() if e is None])
+    return 1 if failed else 0
+
+
+def _filters(args: argparse.Namespace) -> list[AclBindingFilter]:
+    resources = _resources(args)
+    if not resources:
+        raise CommandError("name a resource: --topic, --group, --transactional-id or "
+                           "--cluster", 2)
+    pattern_type = _pattern_type(args, PatternType.LITERAL)
+    entries = _entries(args)
+    if not args.allow_principal and not args.deny_principal:  # every ACL of the resources
+        return [AclBindingFilter(rtype, name, pattern_type) for rtype, name in resources]
+    return [AclBindingFilter(rtype, name, pattern_type, e.principal, e.host, e.operation,
+                             e.permission)
+            for rtype, name in resources for e in entries]
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    filters = _filters(args)
+    if not args.force:
+        if not sys.stdin.isatty():
+            raise CommandError("removing ACLs needs --force when not asked on a terminal", 2)
+        answer = input("Are you sure you want to remove these ACLs? (y/n) ")
+        if answer.strip().lower() not in ("y", "yes"):
+            return 1
+    with open_admin(args) as admin:
+        results = admin.delete_acls(filters)
+    removed: list[AclBinding] = []
+    failed = False
+    for result in results:
+        if isinstance(result, list):
+            removed += result
+        else:
+            print(f"oncelog: {result}", file=sys.stderr)
+            failed = True
+    _print(removed)
+    return 1 if failed else 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    resources = _resources(args)
+    pattern_type = _pattern_type(args, PatternType.LITERAL if resources else PatternType.ANY)
+    filters = [AclBindingFilter(rtype, name, pattern_type, args.principal)
+               for rtype, name in resources] or [
+        AclBindingFilter(pattern_type=pattern_type, principal=args.principal)]
+    found: set[AclBinding] = set()
+    with open_admin(args) as admin:
+        for flt in filters:
+            found.update(admin.describe_acls(flt))
+    _print(list(found))
+    return 0
