@@ -82,6 +82,9 @@ CLIENT_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     api.SASL_AUTHENTICATE: (0, 2),
     api.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     api.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    api.DESCRIBE_ACLS: (1, 3),
+    api.CREATE_ACLS: (1, 3),
+    api.DELETE_ACLS: (1, 3),
 }
 
 _HEAD = struct.Struct(">ihhih")
