@@ -7,6 +7,8 @@ the ACLs surviving kill -9. Until SASL is on these listeners every client is
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
@@ -33,6 +35,8 @@ pytestmark = pytest.mark.integration
 AUTHORIZER = {"authorizer.class.name": oacl.AUTHORIZER_CLASS}
 ADMIN = {**AUTHORIZER, "super.users": "User:ANONYMOUS"}
 TIMEOUT = 30
+# confluent-kafka's stubs type filter names as str, but None is how a filter says "any".
+ANY: str = cast(str, None)
 
 
 def admin_client(broker: BrokerProcess) -> AdminClient:
@@ -47,7 +51,7 @@ def read_acl(topic: str, principal: str = "User:alice",
 
 def described(client: AdminClient, flt: AclBindingFilter | None = None) -> set[tuple[
         str, str, str, str, str, str, str]]:
-    flt = flt or AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+    flt = flt or AclBindingFilter(ResourceType.ANY, ANY, ResourcePatternType.ANY, ANY, ANY,
                                   AclOperation.ANY, AclPermissionType.ANY)
     found = client.describe_acls(flt).result(timeout=TIMEOUT)
     return {(b.restype.name, b.name, b.resource_pattern_type.name, b.principal, b.host,
@@ -67,11 +71,11 @@ def test_create_describe_delete_with_confluent_admin(broker_factory: BrokerFacto
         ("TOPIC", "orders.", "PREFIXED", "User:bob", "*", "READ", "ALLOW"),
         ("GROUP", "g1", "LITERAL", "User:*", "10.0.0.1", "DESCRIBE", "DENY"),
     }
-    match = AclBindingFilter(ResourceType.TOPIC, "orders.eu", ResourcePatternType.MATCH, None,
-                             None, AclOperation.ANY, AclPermissionType.ANY)
+    match = AclBindingFilter(ResourceType.TOPIC, "orders.eu", ResourcePatternType.MATCH, ANY,
+                             ANY, AclOperation.ANY, AclPermissionType.ANY)
     assert {row[1] for row in described(client, match)} == {"orders."}
-    by_principal = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY,
-                                    "User:alice", None, AclOperation.ANY, AclPermissionType.ANY)
+    by_principal = AclBindingFilter(ResourceType.ANY, ANY, ResourcePatternType.ANY,
+                                    "User:alice", ANY, AclOperation.ANY, AclPermissionType.ANY)
     deleted = client.delete_acls([by_principal])[by_principal].result(timeout=TIMEOUT)
     assert [(b.name, b.principal) for b in deleted] == [("orders", "User:alice")]
     assert {row[1] for row in described(client)} == {"orders.", "g1"}
