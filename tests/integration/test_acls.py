@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from java_txn import need_reference
+from rawkafka import request_once
 
 from oncelog.client import Admin
 from oncelog.client.errors import KafkaClientError
@@ -180,3 +181,24 @@ def test_oncelog_acls_cli_round_trip(broker_factory: BrokerFactory) -> None:
     assert refused.returncode != 0 and "--force" in refused.stderr
     ok(oncelog_cli("acls", "remove", *bs, "--topic", "t1", "--force"))
     assert {row[1] for row in described(admin_client(broker))} == {"tx-", "t2"}
+
+
+def test_describe_groups_authorized_operations(broker_factory: BrokerFactory) -> None:
+    """DescribeGroups v5 with include_authorized_operations: every group operation without
+    an authorizer (Kafka's 328); with one, those the ACLs grant (here READ, implying
+    DESCRIBE)."""
+    from kio.schema.describe_groups import v5
+
+    ask = v5.DescribeGroupsRequest(groups=("g",), include_authorized_operations=True)
+    plain = broker_factory()
+    assert request_once(plain.bootstrap, ask).groups[0].authorized_operations == 328
+    secured = broker_factory(configs=ADMIN)
+    read = AclBinding(ResourceType.GROUP, "g", ResourcePatternType.LITERAL, "User:*", "*",
+                      AclOperation.READ, AclPermissionType.ALLOW)
+    client = admin_client(secured)
+    client.create_acls([read])[read].result(timeout=TIMEOUT)
+    secured.stop()
+    secured.configs.pop("super.users")
+    secured.start()
+    expected = (1 << int(oacl.AclOperation.READ)) | (1 << int(oacl.AclOperation.DESCRIBE))
+    assert request_once(secured.bootstrap, ask).groups[0].authorized_operations == expected
