@@ -188,8 +188,9 @@ def test_describe_groups_authorized_operations(broker_factory: BrokerFactory) ->
     an authorizer (Kafka's 328); with one, those the ACLs grant (here READ, implying
     DESCRIBE)."""
     from kio.schema.describe_groups import v5
+    from kio.schema.types import GroupId
 
-    ask = v5.DescribeGroupsRequest(groups=("g",), include_authorized_operations=True)
+    ask = v5.DescribeGroupsRequest(groups=(GroupId("g"),), include_authorized_operations=True)
     plain = broker_factory()
     assert request_once(plain.bootstrap, ask).groups[0].authorized_operations == 328
     secured = broker_factory(configs=ADMIN)
