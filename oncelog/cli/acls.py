@@ -106,12 +106,18 @@ def _entries(args: argparse.Namespace) -> list[AccessControlEntry]:
     return entries
 
 
-def _bindings(args: argparse.Namespace) -> list[AclBinding]:
+def _named_resources(args: argparse.Namespace
+                     ) -> tuple[list[tuple[ResourceType, str]], PatternType]:
+    """The resources add / remove act on (at least one) and their pattern type."""
     resources = _resources(args)
     if not resources:
         raise CommandError("name a resource: --topic, --group, --transactional-id or "
                            "--cluster", 2)
-    pattern_type = _pattern_type(args, PatternType.LITERAL)
+    return resources, _pattern_type(args, PatternType.LITERAL)
+
+
+def _bindings(args: argparse.Namespace) -> list[AclBinding]:
+    resources, pattern_type = _named_resources(args)
     return [AclBinding(ResourcePattern(rtype, name, pattern_type), entry)
             for rtype, name in resources for entry in _entries(args)]
 
@@ -138,11 +144,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def _filters(args: argparse.Namespace) -> list[AclBindingFilter]:
-    resources = _resources(args)
-    if not resources:
-        raise CommandError("name a resource: --topic, --group, --transactional-id or "
-                           "--cluster", 2)
-    pattern_type = _pattern_type(args, PatternType.LITERAL)
+    resources, pattern_type = _named_resources(args)
     entries = _entries(args)
     if not args.allow_principal and not args.deny_principal:  # every ACL of the resources
         return [AclBindingFilter(rtype, name, pattern_type) for rtype, name in resources]

@@ -459,41 +459,38 @@ class EtcdMetadataStore:
                 logger.info("allocated producer ids [%d, %d) from etcd", first, first + count)
                 return first
 
-    # -- SCRAM credentials (oncelog.broker.cluster.credentials) ------------------------------
-    async def read_scram_credentials(self) -> tuple[bytes | None, int]:
-        """The credentials document and its mod revision (None, 0 when there is none)."""
+    # -- whole documents: SCRAM credentials, ACLs ----------------------------------------------
+    async def _read_document(self, key: bytes, what: str) -> tuple[bytes | None, int]:
+        """The document at ``key`` and its mod revision (None, 0 when there is none)."""
         client = await self._connected()
-        with self._errors("read SCRAM credentials"):
-            found = await client.get(self.keys.scram_credentials)
+        with self._errors(f"read {what}"):
+            found = await client.get(key)
         return (None, 0) if found is None else (bytes(found.value), int(found.mod_revision))
 
-    async def write_scram_credentials(self, data: bytes, expected_revision: int) -> bool:
-        """Replace the credentials document if it is still at ``expected_revision`` (0: it
+    async def _write_document(self, key: bytes, what: str, data: bytes,
+                              expected_revision: int) -> bool:
+        """Replace the document at ``key`` if it is still at ``expected_revision`` (0: it
         must not exist); False when another broker changed it first."""
         client = await self._connected()
         t = client.transactions
-        key = self.keys.scram_credentials
-        succeeded, _ = await self._txn("write SCRAM credentials",
+        succeeded, _ = await self._txn(f"write {what}",
                                        [t.mod(key) == expected_revision], [t.put(key, data)], [])
         return succeeded
 
-    # -- ACLs (oncelog.broker.cluster.acls) ---------------------------------------------------
+    async def read_scram_credentials(self) -> tuple[bytes | None, int]:
+        """The SCRAM credentials document (oncelog.broker.cluster.credentials)."""
+        return await self._read_document(self.keys.scram_credentials, "SCRAM credentials")
+
+    async def write_scram_credentials(self, data: bytes, expected_revision: int) -> bool:
+        return await self._write_document(self.keys.scram_credentials, "SCRAM credentials",
+                                          data, expected_revision)
+
     async def read_acls(self) -> tuple[bytes | None, int]:
-        """The ACL document and its mod revision (None, 0 when there is none)."""
-        client = await self._connected()
-        with self._errors("read ACLs"):
-            found = await client.get(self.keys.acls)
-        return (None, 0) if found is None else (bytes(found.value), int(found.mod_revision))
+        """The ACL document (oncelog.broker.cluster.acls)."""
+        return await self._read_document(self.keys.acls, "ACLs")
 
     async def write_acls(self, data: bytes, expected_revision: int) -> bool:
-        """Replace the ACL document if it is still at ``expected_revision`` (0: it must not
-        exist); False when another broker changed it first."""
-        client = await self._connected()
-        t = client.transactions
-        key = self.keys.acls
-        succeeded, _ = await self._txn("write ACLs",
-                                       [t.mod(key) == expected_revision], [t.put(key, data)], [])
-        return succeeded
+        return await self._write_document(self.keys.acls, "ACLs", data, expected_revision)
 
     # -- reading ------------------------------------------------------------------------------
     async def load(self) -> MetadataImage:
