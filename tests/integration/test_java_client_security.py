@@ -13,10 +13,10 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from java_txn import line_with, need_reference, run_txn_client
 
 from oncelog.harness.net import LOOPBACK, free_port
 from tests.conftest import BrokerFactory
-from tests.integration.java_txn import line_with, need_reference, run_txn_client
 from tests.support.names import unique_name, unique_topic
 from tests.support.tls import TlsMaterial
 
