@@ -7,24 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import (
-    AdminClient,
-    ScramCredentialInfo,
-    ScramMechanism,
-    UserScramCredentialUpsertion,
-)
 from java_txn import line_with, need_reference, run_txn_client
 
 from oncelog.harness.net import LOOPBACK, free_port
 from tests.conftest import BrokerFactory
 from tests.support.names import unique_name, unique_topic
+from tests.support.sasl_ssl import start_sasl_ssl_broker
 from tests.support.tls import TlsMaterial
 
 pytestmark = pytest.mark.integration
-
-PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
-              'user_admin="admin-secret";')
-
 
 def java_transaction(bootstrap: str, client_config: Path) -> list[str]:
     """Commit one transaction of three records, abort one, and read back read_committed."""
@@ -49,28 +40,13 @@ def test_java_client_transaction_over_sasl_ssl(broker_factory: BrokerFactory,
                                                tls_material: TlsMaterial,
                                                tmp_path: Path) -> None:
     need_reference()
-    port = free_port(LOOPBACK)
-    process = broker_factory(configs={
-        **tls_material.broker_configs(),
-        "listeners": f"SASL_SSL://{LOOPBACK}:{port}",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
-        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS})
-    bootstrap = f"{LOOPBACK}:{port}"
-    admin = AdminClient({"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL",
-                         "ssl.ca.location": str(tls_material.ca), "sasl.mechanism": "PLAIN",
-                         "sasl.username": "admin", "sasl.password": "admin-secret"})
-    upsert = UserScramCredentialUpsertion("erik", ScramCredentialInfo(
-        ScramMechanism.SCRAM_SHA_512, 4096), b"erik-secret")
-    for future in admin.alter_user_scram_credentials([upsert]).values():
-        future.result(timeout=30)
+    broker = start_sasl_ssl_broker(broker_factory, tls_material)
+    broker.add_scram_user("erik", "erik-secret")
     config = tmp_path / "client.properties"
-    config.write_text(
-        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
-        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-        'username="erik" password="erik-secret";\n' + truststore(tls_material))
-    assert java_transaction(bootstrap, config) == ["v0", "v1", "v2"]
+    config.write_text(broker.properties("erik", "erik-secret"))
+    assert java_transaction(broker.bootstrap, config) == ["v0", "v1", "v2"]
     assert "on SASL_SSL authenticated as User:erik (SCRAM-SHA-512)" in \
-        process.log_path.read_text()
+        broker.process.log_path.read_text()
 
 
 def test_java_client_transaction_over_ssl_with_pem_truststore(
