@@ -5,6 +5,8 @@ history and write a report (issue 15).
   the user injects faults, so ``--faults`` is a usage error there.
 - ``--spawn single|cluster``: start the brokers (and etcd) and inject ``--faults`` on a
   schedule that ``--seed`` reproduces.
+- ``--command-config FILE``: client configs (Java names, e.g. SASL_SSL and its login) for
+  the set-up, every worker and the final read.
 
 The report directory holds ``history.jsonl``, ``results.json``, ``report.html``,
 ``workers/`` and ``logs/``. Exit 0 when the history is valid, 1 when it shows anomalies
