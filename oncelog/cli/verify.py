@@ -5,6 +5,8 @@ history and write a report (issue 15).
   the user injects faults, so ``--faults`` is a usage error there.
 - ``--spawn single|cluster``: start the brokers (and etcd) and inject ``--faults`` on a
   schedule that ``--seed`` reproduces.
+- ``--command-config FILE``: client configs (Java names, e.g. SASL_SSL and its login) for
+  the set-up, every worker and the final read.
 
 The report directory holds ``history.jsonl``, ``results.json``, ``report.html``,
 ``workers/`` and ``logs/``. Exit 0 when the history is valid, 1 when it shows anomalies
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.cli.common import CommandError, bootstrap_servers
+from oncelog.cli.common import CommandError, bootstrap_servers, command_configs
 
 if TYPE_CHECKING:
     from oncelog.verify.deployment import Deployment, FaultInjector, Workers
@@ -71,6 +73,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="an external deployment; you inject faults yourself")
     where.add_argument("--spawn", choices=("single", "cluster"),
                        help="start a single broker or a 3-broker cluster and inject faults")
+    p.add_argument("--command-config", type=Path, default=None, metavar="FILE",
+                   help="properties file of client configs for every worker, as Kafka's "
+                   "tools take, e.g. security.protocol=SASL_SSL, sasl.mechanism, "
+                   "sasl.jaas.config, ssl.truststore.location (default: none)")
     p.add_argument("--duration", type=parse_duration, default=600.0, metavar="TIME",
                    help="how long the workload runs: 90, 90s, 2m, 1h (default 10m)")
     p.add_argument("--seed", type=int, default=None,
@@ -98,6 +104,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _check_usage(args: argparse.Namespace) -> None:
+    command_configs(args)  # an unreadable --command-config is a usage error (exit 2)
     if args.bootstrap_server and args.faults:
         raise CommandError("--faults needs --spawn: against an external deployment "
                            "(--bootstrap-server) you inject faults yourself", 2)
@@ -139,6 +146,7 @@ def _verify(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, partitions=args.partitions, faults=args.faults or [],
         broker_name=args.broker_name or ("oncelog" if args.spawn else "external"),
         java_classpath=args.java_classpath,
+        command_config=args.command_config.resolve() if args.command_config else None,
         command=shlex.join(["oncelog", *sys.argv[1:]]))
     deployment: Deployment
     factory: InjectorFactory | None = None

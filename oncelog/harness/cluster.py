@@ -34,8 +34,10 @@ reach it through the proxy, where ``oncelog verify`` cuts connections and drops 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -46,12 +48,14 @@ from typing import Any, Self
 
 from kio.schema.metadata.v12 import request as md
 
+from oncelog.cluster.metadata_store import EtcdMetadataStore, parse_endpoints
 from oncelog.harness.broker import REPO_ROOT, BrokerProcess, ConfigValue
 from oncelog.harness.etcd import EtcdProcess, start_etcd, unique_prefix
 from oncelog.harness.fault_proxy import FaultProxy
 from oncelog.harness.net import LOOPBACK, free_port
 from oncelog.harness.netns import Network
 from oncelog.harness.rawkafka import request_once
+from oncelog.security.credentials import MECHANISMS, ScramCredential, encode_credentials
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class ClusterProcess:
         network: Network | None = None,
         log_level: str = "INFO",
         proxied: bool = False,
+        scram_users: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         if network is not None and etcd is not None:
             raise ValueError("a namespaced cluster runs its own etcd in host 'etcd'")
@@ -139,6 +144,9 @@ class ClusterProcess:
         self.brokers: dict[int, BrokerProcess] = {}
         self.proxied = proxied
         self.proxies: dict[int, FaultProxy] = {}
+        self.scram_users = dict(scram_users or {})
+        if self.scram_users and network is not None:
+            raise ValueError("SCRAM users are seeded from loopback, not into a namespace")
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> Self:
@@ -146,6 +154,8 @@ class ClusterProcess:
             self._add_hosts(self.network)
         if self.etcd is None:
             self.etcd = self._start_etcd()
+        if self.scram_users:
+            asyncio.run(self._seed_scram_users(self.etcd.endpoint))
         for node_id in range(1, self.count + 1):
             self.brokers[node_id] = self._broker(node_id, {
                 **self.configs,
@@ -158,6 +168,20 @@ class ClusterProcess:
             f"{self.count} brokers and a controller", timeout=timeout,
         )
         return self
+
+    async def _seed_scram_users(self, endpoint: str) -> None:
+        """``scram_users`` (user -> (mechanism, password)) written to the metadata store
+        before any broker starts, as Kafka's ``kafka-storage format --add-scram`` does: the
+        brokers' own SCRAM login on a SASL inter-broker listener needs it from the start."""
+        credentials = {user: {mechanism: ScramCredential.from_password(
+            MECHANISMS[mechanism], password, os.urandom(16), 4096)}
+            for user, (mechanism, password) in self.scram_users.items()}
+        store = EtcdMetadataStore(parse_endpoints(endpoint), prefix=self.prefix)
+        try:
+            if not await store.write_scram_credentials(encode_credentials(credentials), 0):
+                raise RuntimeError(f"SCRAM credentials already exist under {self.prefix}")
+        finally:
+            await store.close()
 
     def _broker_env(self) -> dict[str, str] | None:
         """The brokers' environment: this process's (repository first on PYTHONPATH, as
@@ -237,6 +261,22 @@ class ClusterProcess:
         if self.proxied:
             return ",".join(self.proxies[n].bootstrap for n in self.running)
         return ",".join(self.brokers[n].bootstrap for n in self.running)
+
+    def listener_port(self, node_id: int, listener: str) -> int:
+        """The port broker ``node_id`` bound for ``listener`` (e.g. a ``NAME://HOST:0``
+        entry of ``listeners``), from its log line ``listener NAME bound on HOST:PORT``."""
+        found = re.findall(rf"listener {re.escape(listener.upper())} bound on [^\s]+:(\d+)",
+                           self.brokers[node_id].log_path.read_text())
+        if not found:
+            raise AssertionError(f"broker {node_id} bound no listener {listener}\n"
+                                 f"{self.logs()}")
+        return int(found[-1])
+
+    def listener_bootstrap(self, listener: str) -> str:
+        """The running brokers' ``listener`` addresses, for clients of that listener (e.g.
+        SASL_SSL) while the harness itself keeps the PLAINTEXT ``bootstrap``."""
+        return ",".join(f"{self.brokers[n].host}:{self.listener_port(n, listener)}"
+                        for n in self.running)
 
     def kill(self, node_id: int) -> None:
         """kill -9: the broker's lease lapses after the session timeout."""

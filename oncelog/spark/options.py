@@ -11,6 +11,10 @@ JSON ``{"topic":{"0":23,"1":-2}}`` with -2 earliest, -1 latest); ``maxOffsetsPer
 ``includeHeaders`` (default false); ``minPartitions``; ``kafka.isolation.level``
 (``read_committed`` by default here; Spark's Kafka source defaults to read_uncommitted).
 
+Every ``kafka.*`` option is an oncelog.client setting with the prefix removed, security
+included (``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
+``kafka.ssl.truststore.location``, ...), for the reader, the sink and their admin clients.
+
 Sink: ``topic`` (unless every row has a ``topic`` column), ``kafka.*`` producer settings, and
 oncelog's own: ``oncelog.transactional.id.prefix`` (default ``oncelog-spark``),
 ``oncelog.delivery`` (``exactly_once``, the default, or ``at_least_once``),

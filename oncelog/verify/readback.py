@@ -17,6 +17,7 @@ from dataclasses import asdict
 
 from oncelog.client import Admin, Consumer, NewTopic, TopicPartition
 from oncelog.client.errors import KafkaClientError, TopicAlreadyExistsError
+from oncelog.verify.clients import command_configs
 from oncelog.verify.history import FinalRead, tp_key
 
 log = logging.getLogger("oncelog.verify.readback")
@@ -24,10 +25,10 @@ log = logging.getLogger("oncelog.verify.readback")
 SETUP_DEADLINE_S = 60.0
 
 
-def _config(bootstrap: str) -> dict[str, object]:
-    return {"bootstrap.servers": bootstrap, "request.timeout.ms": 5000,
+def _config(args: argparse.Namespace) -> dict[str, object]:
+    return {"bootstrap.servers": args.bootstrap, "request.timeout.ms": 5000,
             "default.api.timeout.ms": 10000, "socket.connection.setup.timeout.ms": 3000,
-            "allow.auto.create.topics": False}
+            "allow.auto.create.topics": False, **command_configs(args.command_config)}
 
 
 def _partitions(args: argparse.Namespace) -> list[TopicPartition]:
@@ -39,7 +40,7 @@ def setup(args: argparse.Namespace) -> int:
     config = {} if args.min_insync_replicas is None else {
         "min.insync.replicas": str(args.min_insync_replicas)}
     deadline = time.monotonic() + SETUP_DEADLINE_S
-    admin = Admin(_config(args.bootstrap))
+    admin = Admin(_config(args))
     try:
         while True:
             try:
@@ -68,9 +69,9 @@ def final(args: argparse.Namespace) -> int:
     tps = _partitions(args)
     reads: dict[str, list[tuple[int, str]]] = {tp_key(*tp): [] for tp in tps}
     complete = False
-    consumer = Consumer({**_config(args.bootstrap), "isolation.level": "read_committed",
+    consumer = Consumer({**_config(args), "isolation.level": "read_committed",
                          "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100})
-    ends = Consumer({**_config(args.bootstrap), "isolation.level": "read_uncommitted"})
+    ends = Consumer({**_config(args), "isolation.level": "read_uncommitted"})
     committed: dict[str, int] = {}
     try:
         consumer.assign(tps)
@@ -104,7 +105,7 @@ def final(args: argparse.Namespace) -> int:
 
 def _committed(args: argparse.Namespace, deadline: float) -> dict[str, int]:
     inputs = [TopicPartition(args.input, p) for p in range(args.partitions)]
-    group = Consumer({**_config(args.bootstrap), "group.id": args.group,
+    group = Consumer({**_config(args), "group.id": args.group,
                       "enable.auto.commit": False})
     try:
         while True:

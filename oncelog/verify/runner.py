@@ -68,6 +68,7 @@ class VerifyOptions:
     abort_ratio: float = 0.1
     transaction_timeout_ms: int = 10000
     stop_grace_s: float = 20.0
+    command_config: Path | None = None  # client configs for every worker (--command-config)
     command: str = ""  # the command line, shown by the report
 
 
@@ -136,8 +137,11 @@ class _Run:
         self._faults_lock = threading.Lock()
 
     def topic_args(self) -> list[str]:
+        security = [] if self.options.command_config is None else [
+            "--command-config", str(self.options.command_config)]
         return ["--bootstrap", self.deployment.bootstrap, "--input", self.info.input_topic,
-                "--output", self.info.output_topic, "--partitions", str(self.info.partitions)]
+                "--output", self.info.output_topic, "--partitions", str(self.info.partitions),
+                *security]
 
     def python(self, command: str, *args: str) -> list[str]:
         return [*self.deployment.client_prefix, sys.executable, "-m", WORKER_MODULE, command,

@@ -35,6 +35,7 @@ from oncelog.verify.clients import (
     ClientSettings,
     Delivery,
     TxnClient,
+    command_configs,
 )
 from oncelog.verify.clients.factory import make_client
 from oncelog.verify.history import (
@@ -209,7 +210,8 @@ def work(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where is it?
     settings = ClientSettings(args.bootstrap, args.group, args.input, args.transactional_id,
-                              args.transaction_timeout_ms, args.call_timeout_s)
+                              args.transaction_timeout_ms, args.call_timeout_s,
+                              command_configs(args.command_config))
     client = make_client(args.client, settings)
     with open(args.out, "a") as out:
         loop = TxnLoop(args, client, out, stop, lambda: time.time() - args.started_at)
@@ -230,6 +232,8 @@ def work(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", required=True)
+    p.add_argument("--command-config", type=Path, default=None,
+                   help="properties file of client configs (security.protocol, sasl.*, ssl.*)")
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
     p.add_argument("--partitions", type=int, required=True)

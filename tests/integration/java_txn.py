@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,10 +48,15 @@ def parse_lines(stdout: str) -> list[dict[str, Any]]:
 
 
 def run_txn_client(
-    mode: str, bootstrap: str, spec: dict[str, Any], *, timeout: float = 120.0
+    mode: str, bootstrap: str, spec: dict[str, Any], *, timeout: float = 120.0,
+    client_config: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Run one TxnClient mode to its end; fails the test unless it ran (exit code 0)."""
-    done = run_harness("TxnClient", mode, bootstrap, input=json.dumps(spec), timeout=timeout)
+    """Run one TxnClient mode to its end; fails the test unless it ran (exit code 0).
+    ``client_config``: a properties file of client configs (security.protocol, sasl.*,
+    ssl.*) for every client of the mode."""
+    extra = [str(client_config)] if client_config is not None else []
+    done = run_harness("TxnClient", mode, bootstrap, *extra, input=json.dumps(spec),
+                       timeout=timeout)
     assert done.returncode == 0, f"TxnClient {mode} exited {done.returncode}:\n{done.stderr}"
     lines = parse_lines(done.stdout)
     assert lines and lines[-1] == {"done": True}, done.stdout + done.stderr

@@ -55,9 +55,11 @@ def log_batches(data_dir: Path, topic: str, index: int, below: int) -> list[byte
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, *,
-             committed: bool = False) -> list[bytes]:
-    """Every record value up to the end (the HW, or the LSO with ``committed``)."""
+             committed: bool = False, conf: dict[str, Any] | None = None) -> list[bytes]:
+    """Every record value up to the end (the HW, or the LSO with ``committed``); ``conf``
+    adds client settings (e.g. security.protocol and its credentials)."""
     consumer = Consumer({
+        **(conf or {}),
         "bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
         "enable.auto.commit": False, "enable.partition.eof": True,
         "isolation.level": "read_committed" if committed else "read_uncommitted",

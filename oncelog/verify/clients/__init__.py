@@ -17,8 +17,12 @@ hang.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol
+
+from oncelog.config import parse_properties
 
 ErrorKind = Literal["fatal", "abortable", "retriable"]
 
@@ -45,6 +49,14 @@ class ClientSettings:
     transactional_id: str
     transaction_timeout_ms: int = 10000
     call_timeout_s: float = 10.0
+    # ``--command-config``: client configs by the Java client's names (security.protocol,
+    # sasl.*, ssl.*), which each adapter hands its client (translated where it must be).
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def command_configs(path: Path | None) -> dict[str, str]:
+    """The client configs of ``--command-config FILE`` (a properties file), none without."""
+    return {} if path is None else parse_properties(path.read_text())
 
 
 class Delivery(Protocol):

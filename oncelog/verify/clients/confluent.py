@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from oncelog.security.sasl_plain import parse_jaas_config
 from oncelog.verify.clients import ClientError, ClientSettings, Record
 
 OFFSET_BEGINNING = -2
@@ -40,6 +42,27 @@ class _Delivery:
         return self.result
 
 
+def librdkafka_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    """Client configs by the Java client's names (``--command-config``) as librdkafka takes
+    them: the JAAS line's username/password, the PEM truststore as ``ssl.ca.location``, a PEM
+    keystore (chain and key in one file) as certificate and key; others as they are."""
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        if key == "sasl.jaas.config":
+            options = parse_jaas_config(value).options
+            out.update({f"sasl.{k}": options[k] for k in ("username", "password")
+                        if k in options})
+        elif key == "ssl.truststore.location":
+            out["ssl.ca.location"] = value
+        elif key == "ssl.keystore.location":
+            out["ssl.certificate.location"] = out["ssl.key.location"] = value
+        elif key == "ssl.endpoint.identification.algorithm":
+            out[key] = value or "none"
+        elif key not in ("ssl.truststore.type", "ssl.keystore.type"):
+            out[key] = value
+    return out
+
+
 class ConfluentTxnClient:
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
@@ -50,7 +73,7 @@ class ConfluentTxnClient:
             "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000,
             "fetch.wait.max.ms": 100, "socket.timeout.ms": 5000,
-            "reconnect.backoff.max.ms": 1000,
+            "reconnect.backoff.max.ms": 1000, **librdkafka_configs(settings.configs),
         })
         self.consumer.subscribe([settings.input_topic], on_assign=self._on_rebalance,
                                 on_revoke=self._on_rebalance, on_lost=self._on_rebalance)
@@ -82,6 +105,7 @@ class ConfluentTxnClient:
             "transaction.timeout.ms": self.settings.transaction_timeout_ms,
             "message.timeout.ms": min(timeout_ms, self.settings.transaction_timeout_ms),
             "socket.timeout.ms": 5000, "reconnect.backoff.max.ms": 1000, "linger.ms": 1,
+            **librdkafka_configs(self.settings.configs),
         })
         self._call(self.producer.init_transactions, self.settings.call_timeout_s)
 

@@ -42,6 +42,7 @@ class OncelogTxnClient:
             "reconnect.backoff.max.ms": 1000,
             "retry.backoff.max.ms": 1000,
             "allow.auto.create.topics": False,
+            **settings.configs,
         }
         self.consumer = Consumer({
             **common, "group.id": settings.group, "isolation.level": "read_committed",

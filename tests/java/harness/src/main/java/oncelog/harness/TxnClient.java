@@ -2,8 +2,11 @@ package oncelog.harness;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.io.Reader;
 import java.lang.reflect.Field;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -36,8 +39,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
 /**
  * Exactly-once scenarios driven by the Java client (kafka-clients 4.4), one per mode.
  *
- * <pre>java -cp HARNESS_CLASSPATH oncelog.harness.TxnClient MODE BOOTSTRAP &lt; spec.json</pre>
+ * <pre>java -cp HARNESS_CLASSPATH oncelog.harness.TxnClient MODE BOOTSTRAP [CLIENT.PROPERTIES] &lt; spec.json</pre>
  *
+ * CLIENT.PROPERTIES: client configs (security.protocol, sasl.*, ssl.*, ...) given to every
+ * producer and consumer of the mode, after the mode's own settings.
  * stdin's first line is one JSON object (the mode's arguments); stdout is one JSON object per line, each
  * printed (and flushed) as soon as it is known, the last one {"done": true, ...}. Modes:
  * <ul>
@@ -78,10 +83,19 @@ public final class TxnClient {
 
     private TxnClient() {}
 
+    /** Client configs of the optional third argument (a properties file, e.g.
+     * security.protocol, sasl.*, ssl.*), applied to every producer and consumer. */
+    private static final Properties CLIENT_CONFIG = new Properties();
+
     public static void main(String[] args) throws Exception {
-        if (args.length != 2) {
-            System.err.println("usage: TxnClient MODE BOOTSTRAP < spec.json");
+        if (args.length != 2 && args.length != 3) {
+            System.err.println("usage: TxnClient MODE BOOTSTRAP [CLIENT.PROPERTIES] < spec.json");
             System.exit(2);
+        }
+        if (args.length == 3) {
+            try (Reader reader = Files.newBufferedReader(Path.of(args[2]))) {
+                CLIENT_CONFIG.load(reader);
+            }
         }
         Map<?, ?> spec = (Map<?, ?>) Json.parse(STDIN.readLine());
         String bootstrap = args[1];
@@ -136,6 +150,7 @@ public final class TxnClient {
         if (twoPhase) {
             props.put(ProducerConfig.TRANSACTION_TWO_PHASE_COMMIT_ENABLE_CONFIG, "true");
         }
+        props.putAll(CLIENT_CONFIG);
         return new KafkaProducer<>(props, new StringSerializer(), new StringSerializer());
     }
 
@@ -149,6 +164,7 @@ public final class TxnClient {
         if (group != null) {
             props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
         }
+        props.putAll(CLIENT_CONFIG);
         props.putAll(extra);
         return new KafkaConsumer<>(props, new StringDeserializer(), new StringDeserializer());
     }

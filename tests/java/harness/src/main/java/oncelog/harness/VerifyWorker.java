@@ -4,7 +4,10 @@ import java.io.BufferedWriter;
 import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.OutputStreamWriter;
+import java.io.Reader;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -46,7 +49,11 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * <pre>java -cp HARNESS_CLASSPATH oncelog.harness.VerifyWorker work --bootstrap B --process N
  *     --slot S --seed K --input T --output T --partitions P --group G --transactional-id X
- *     --out FILE --started-at T0 [--abort-ratio 0.1] [--transaction-timeout-ms 10000]</pre>
+ *     --out FILE --started-at T0 [--abort-ratio 0.1] [--transaction-timeout-ms 10000]
+ *     [--command-config CLIENT.PROPERTIES]</pre>
+ *
+ * {@code --command-config}: client configs (security.protocol, sasl.*, ssl.*, ...) given to
+ * the producer and the consumer after the worker's own, as Kafka's tools take them.
  *
  * One transactional producer and one read_committed consumer in the group, subscribed to the
  * input topic. Each transaction: begin; poll once (up to 20 records); send 1-4 fresh values
@@ -90,6 +97,7 @@ public final class VerifyWorker {
     private final double startedAt;
     private final double abortRatio;
     private final int transactionTimeoutMs;
+    private final Properties clientConfig = new Properties();
     private final Random rng;
     private final BufferedWriter out;
 
@@ -116,6 +124,12 @@ public final class VerifyWorker {
         startedAt = Double.parseDouble(flag("started-at"));
         abortRatio = Double.parseDouble(flags.getOrDefault("abort-ratio", "0.1"));
         transactionTimeoutMs = Integer.parseInt(flags.getOrDefault("transaction-timeout-ms", "10000"));
+        String commandConfig = flags.get("command-config");
+        if (commandConfig != null) {
+            try (Reader reader = Files.newBufferedReader(Path.of(commandConfig))) {
+                clientConfig.load(reader);
+            }
+        }
         long seed = Long.parseLong(flag("seed"));
         // One stream per process: a restarted slot does not replay its predecessor's choices.
         rng = new Random(seed * 1_000_003L + process);
@@ -421,6 +435,7 @@ public final class VerifyWorker {
         props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
         props.put(ProducerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "500");
         props.put(ProducerConfig.LINGER_MS_CONFIG, "0");
+        props.putAll(clientConfig);
         producer = new KafkaProducer<>(props, new StringSerializer(), new StringSerializer());
         producerSession++;
         while (true) {
@@ -452,6 +467,7 @@ public final class VerifyWorker {
         props.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
         props.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, String.valueOf(CALL_TIMEOUT.toMillis()));
         props.put(ConsumerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "500");
+        props.putAll(clientConfig);
         return new KafkaConsumer<>(props, new StringDeserializer(), new StringDeserializer());
     }
 
