@@ -23,6 +23,8 @@ from rawkafka import request_once
 
 from oncelog.broker.cluster.replica_fetcher import FetcherConfig, LeaderEndpoint, ReplicaFetcher
 from oncelog.broker.partition import Partition
+from oncelog.client.aio.connection import BrokerConnection
+from oncelog.client.errors import AuthenticationError
 from oncelog.clock import SystemClock
 from oncelog.cluster.follower import FetchPhase
 from oncelog.config import LogConfig
@@ -189,3 +191,47 @@ def test_follower_truncates_a_divergent_suffix_to_the_leaders_log(
     assert follower.log_end_offset == 9
     assert follower.read(0, 1 << 24, upto_log_end=True).data == bytes(raw.records)
     assert [(e.epoch, e.start_offset) for e in follower.log.epochs.entries] == [(0, 0)]
+
+
+class _RefusedLogin(BrokerConnection):
+    """A connection whose login the leader refuses (wrong inter-broker credentials)."""
+
+    async def connect(self) -> None:
+        raise AuthenticationError("SASL_AUTHENTICATION_FAILED: Authentication failed")
+
+
+def test_a_refused_login_is_retried_not_the_end_of_the_fetcher(
+    shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic = _topic(shared_broker)
+    _write_transactions(shared_broker, topic)
+    leader_end = int(_leader_fetch(shared_broker, topic, isolation=1).high_watermark)
+    follower = _follower(tmp_path, topic)
+    host, port = shared_broker.bootstrap.rsplit(":", 1)
+    attempts: list[LeaderEndpoint] = []
+
+    def connect(leader: LeaderEndpoint) -> BrokerConnection:
+        attempts.append(leader)
+        cls = _RefusedLogin if len(attempts) <= 2 else BrokerConnection
+        return cls(leader.host, leader.port, node_id=leader.node_id)
+
+    async def run() -> None:
+        fetcher = ReplicaFetcher(
+            local_id=FOLLOWER_ID, leader=LeaderEndpoint(0, host, int(port)),
+            config=FetcherConfig(fetch_wait_max_ms=50, fetch_backoff_ms=50), connect=connect,
+        )
+        fetcher.add_partition(follower, 0)
+        task = asyncio.create_task(fetcher.run())
+        try:
+            async with asyncio.timeout(20):
+                while follower.high_watermark != leader_end:
+                    assert not task.done(), task
+                    await asyncio.sleep(0.02)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(run())
+    assert len(attempts) >= 3, "the refused logins were retried"
+    assert follower.log_end_offset == leader_end
