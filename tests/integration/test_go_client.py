@@ -19,6 +19,8 @@ import pytest
 from examples.payments.verify import read_topic
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
 from oncelog.harness.broker import BrokerProcess
+from oncelog.harness.fault_proxy import ApiKey, FaultRules
+from tests.conftest import ProxiedBroker
 from tests.support.kafka import cache_dir
 from tests.support.names import unique_name, unique_topic
 
@@ -131,3 +133,62 @@ def test_franz_go_group_transact_session_exactly_once_across_broker_kill(
         committed = consumer.committed(tps)
         ends = consumer.end_offsets(tps)
     assert {tp: (o.offset if o else None) for tp, o in committed.items()} == ends
+
+
+def wait_for(condition: Any, what: str, copier: GoCopier, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert copier.proc.poll() is None, f"the Go copier exited: {copier.log.read_text()}"
+        assert time.monotonic() < deadline, f"no {what}: {copier.log.read_text()}"
+        time.sleep(0.02)
+
+
+def test_franz_go_session_ends_a_failed_end_with_an_abort_before_the_next_begin(
+    proxied_broker: ProxiedBroker, copier_factory: list[GoCopier], tmp_path: Path
+) -> None:
+    """The broker dies under an EndTxn (forced: its response is held by the proxy, then the
+    broker is killed and the proxy refuses connections until End has failed): End returns a
+    transport error with the transaction still open in the client, and the copier must end
+    it with End(TryAbort) (franz-go's documented retry) before its next Begin, then carry on
+    exactly once against the restarted broker."""
+    broker, proxy = proxied_broker.broker, proxied_broker.proxy
+    binary = go_harness()
+    source, sink = unique_topic("go-in"), unique_topic("go-out")
+    group = unique_name("go-group")
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        admin.create_topic(source, PARTITIONS)
+        admin.create_topic(sink, PARTITIONS)
+    values = produce_input(broker.bootstrap, source)
+    copier = GoCopier(
+        tmp_path / "go-copier.log",
+        [str(binary), "-brokers", proxy.bootstrap, "-in", source, "-out", sink,
+         "-group", group, "-txn-id", unique_name("go-txn"), "-prefix", PREFIX,
+         "-max-poll", "50", "-txn-pause", "20ms"],
+    )  # fmt: skip
+    copier_factory.append(copier)
+    copier.wait_committed(1, timeout=60)
+
+    held = proxy.stats().responses_delayed.get(ApiKey.END_TXN, 0)
+    proxy.set_rules(FaultRules(delay={ApiKey.END_TXN: 120.0}))
+    wait_for(lambda: proxy.stats().responses_delayed.get(ApiKey.END_TXN, 0) > held,
+             "EndTxn response held", copier, 60)
+    broker.kill()
+    proxy.set_rules(FaultRules(refuse=True))
+    proxy.cut_all()  # the held EndTxn response dies with its connection
+    wait_for(lambda: any(e.get("event") == "aborted" and e.get("error")
+                         for e in copier.events()), "End failing", copier, 120)
+    proxy.set_rules(None)
+    broker.start()
+
+    deadline = time.monotonic() + 120
+    while len(set(got := output_values(broker.bootstrap, sink))) < RECORDS:
+        assert copier.proc.poll() is None, f"the Go copier exited: {copier.log.read_text()}"
+        assert time.monotonic() < deadline, f"{len(set(got))}/{RECORDS} copied after the kill"
+        time.sleep(0.2)
+    copier.stop()
+    events = copier.events()
+    assert events[-1]["event"] == "stopped", copier.log.read_text()
+    assert any(e["event"] == "abort-retried" for e in events), copier.log.read_text()
+    assert sorted(output_values(broker.bootstrap, sink)) == sorted(
+        PREFIX.encode() + v for v in values
+    )
