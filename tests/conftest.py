@@ -42,7 +42,6 @@ if _REPO_ROOT not in sys.path:
 from oncelog.harness.broker import BrokerProcess  # noqa: E402
 from oncelog.harness.etcd import EtcdMissing, EtcdProcess, start_etcd  # noqa: E402
 from oncelog.harness.fault_proxy import FaultProxy  # noqa: E402
-from oncelog.harness.net import free_port  # noqa: E402
 from tests.support.kafka import XDIST_GROUP as KAFKA_XDIST_GROUP  # noqa: E402
 from tests.support.kafka import (  # noqa: E402
     KafkaFactory,
@@ -162,10 +161,14 @@ class ProxiedBroker:
 
 @pytest.fixture
 def proxied_broker(broker_factory: BrokerFactory) -> Iterator[ProxiedBroker]:
-    """A fresh broker advertising a ``FaultProxy`` in front of it (see fault_proxy.py)."""
-    broker_port = free_port()
-    with FaultProxy("127.0.0.1", broker_port) as proxy:
-        broker = broker_factory(port=broker_port, advertised=proxy.bootstrap)
+    """A fresh broker advertising a ``FaultProxy`` in front of it (see fault_proxy.py).
+
+    The broker picks its own port (``BrokerProcess`` tries a second free port when another
+    xdist worker took the first before the broker bound it); the proxy, whose listening
+    port is its own from the start, is pointed at it before any client connects."""
+    with FaultProxy("127.0.0.1", 0) as proxy:
+        broker = broker_factory(advertised=proxy.bootstrap)
+        proxy.upstream_port = broker.port
         yield ProxiedBroker(broker, proxy)
 
 

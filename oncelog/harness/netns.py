@@ -47,7 +47,10 @@ it with setns(2); the socket keeps its namespace when used from any thread), wit
 built inside ``with net.joined(host):`` (the calling thread joins the namespace for the
 block; the client's sockets and the threads it starts there — librdkafka's — stay in it), or
 with a client program started by ``net.run(host, ...)`` (the Java client) — typically from a
-dedicated ``client`` host that is never cut.
+dedicated ``client`` host that is never cut. gRPC is the exception: its connections are made
+by its own threads (in the root namespace while any channel of the process is open), so a
+gRPC client goes through ``unix_tunnel(host, address, port, path)``, a Unix socket forwarded
+from inside ``host``.
 
 Clean-up: ``close()`` (``__exit__``, and at interpreter exit for a Network still open) kills
 every process started by ``run``/``broker`` and every other process still inside its
@@ -333,6 +336,60 @@ class Network:
     def joined(self, host: str) -> contextlib.AbstractContextManager[None]:
         """``with net.joined(host):`` the calling thread is inside ``host``; see ``joined``."""
         return joined(self.namespace(host))
+
+    @contextlib.contextmanager
+    def unix_tunnel(self, host: str, address: str, port: int, path: Path) -> Iterator[None]:
+        """For the block, a Unix socket at ``path`` whose connections are forwarded to
+        ``address:port`` from inside ``host``.
+
+        For clients whose connections are not made by the calling thread: gRPC's are made by
+        its own threads, which stay in the namespace of whoever started them while any
+        channel of the process is open, so a gRPC client built inside ``joined`` can still
+        connect from the root namespace (where the host's default route takes 10.X.Y.Z to
+        whatever answers there). A Unix socket path belongs to no network namespace.
+        """
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        listener.listen()
+        open_sockets: list[socket.socket] = [listener]
+
+        def pump(source: socket.socket, sink: socket.socket) -> None:
+            with contextlib.suppress(OSError):
+                while data := source.recv(65536):
+                    sink.sendall(data)
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+        def accept() -> None:
+            while True:
+                try:
+                    client, _ = listener.accept()
+                except OSError:
+                    return  # the listener was closed: the block ended
+                upstream = self.socket(host)
+                open_sockets.extend((client, upstream))
+                try:
+                    upstream.connect((address, port))
+                except OSError as exc:
+                    logger.info("netns: tunnel %s -> %s:%d in %s: %s",
+                                path, address, port, host, exc)
+                    client.close()
+                    continue
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=pump, args=(a, b), daemon=True,
+                                     name=f"tunnel-{host}").start()
+
+        acceptor = threading.Thread(target=accept, daemon=True, name=f"tunnel-{host}")
+        acceptor.start()
+        try:
+            yield
+        finally:
+            for sock in list(open_sockets):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            acceptor.join()
+            path.unlink(missing_ok=True)
 
     # -- faults --------------------------------------------------------------------------
     def _route(self, action: str, host: str, peer: str, kind: RouteKind) -> None:

@@ -8,19 +8,24 @@ work are retried until a deadline, those that must not are expected to fail at o
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from oncelog.cluster.metadata import MetadataImage
+from oncelog.cluster.metadata_store import EtcdMetadataStore
 from oncelog.harness import netns
 from oncelog.harness.broker import REPO_ROOT
+from oncelog.harness.etcd import EtcdProcess, unique_prefix
 from oncelog.harness.netns import NETNS_DIR, NetnsUnavailable, Network
 
 ECHO_PORT = 7007
@@ -280,3 +285,49 @@ def test_missing_ip_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(netns.shutil, "which", lambda name: None)
     with pytest.raises(NetnsUnavailable, match=r"`ip` command \(iproute2\)"):
         Network()
+
+
+def test_a_grpc_client_reaches_a_host_through_a_unix_tunnel_while_grpc_runs_elsewhere(
+    network: Network, etcd: EtcdProcess, tmp_path: Path
+) -> None:
+    """While a gRPC channel of the process is open in the root namespace (here: a store on
+    the module's loopback etcd, as an earlier test on the same xdist worker may leave), a new
+    gRPC channel connects from gRPC's threads in the root namespace even when built inside
+    ``joined`` -- where the address reaches the host's default route, not the network. The
+    Unix-socket tunnel reaches the network's etcd whatever namespace gRPC's threads are in."""
+    network.add_host("etcd")
+    network.add_host("client")
+    inner = EtcdProcess(
+        tmp_path / "etcd", host=network.address("etcd"), port=2379, peer_port=2380,
+        argv_prefix=network.exec_prefix("etcd")).start()
+    opened, release = threading.Event(), threading.Event()
+
+    async def hold_root_channel() -> None:
+        store = EtcdMetadataStore([(etcd.host, etcd.port)], prefix=unique_prefix())
+        try:
+            await store.load()
+            opened.set()
+            await asyncio.get_running_loop().run_in_executor(None, release.wait)
+        finally:
+            await store.close()
+
+    holder = threading.Thread(target=asyncio.run, args=(hold_root_channel(),))
+    holder.start()
+    try:
+        assert opened.wait(30), "no store on the loopback etcd"
+
+        async def load(host: str) -> MetadataImage:
+            store = EtcdMetadataStore([(host, inner.port)], prefix=unique_prefix())
+            try:
+                return await store.load()
+            finally:
+                await store.close()
+
+        path = tmp_path / f"etcd:{inner.port}"
+        with network.unix_tunnel("client", network.address("etcd"), inner.port, path):
+            image = asyncio.run(load(f"unix:{tmp_path}/etcd"))
+        assert image.controller is None and not image.brokers
+    finally:
+        release.set()
+        holder.join()
+        inner.kill()

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -117,19 +119,24 @@ def check_log(cluster: ClusterProcess, topic: str, acked: list[bytes], *,
 def with_store(cluster: ClusterProcess,
                action: Callable[[EtcdMetadataStore], Awaitable[T]]) -> T:
     """``action`` on a metadata store of our own, talking to the cluster's etcd from host
-    ``client`` (the whole coroutine runs there, so gRPC's sockets are made there)."""
-    assert cluster.etcd is not None
-    endpoints = parse_endpoints(cluster.etcd.endpoint)
+    ``client``, through a Unix-socket tunnel: gRPC connects from its own threads, which may
+    sit in the root namespace (where 10.X.Y.Z:2379 reaches whatever answers there -- an HTTP
+    404 -- not this etcd) whatever thread the coroutine runs in."""
+    assert cluster.etcd is not None and cluster.network is not None
+    ((host, port),) = parse_endpoints(cluster.etcd.endpoint)
 
-    async def run() -> T:
-        store = EtcdMetadataStore(endpoints, prefix=cluster.prefix)
+    async def run(target: str) -> T:
+        # aetcd dials f"{host}:{port}": gRPC's "unix:DIR/etcd" + ":PORT" names the socket.
+        store = EtcdMetadataStore([(target, port)], prefix=cluster.prefix)
         try:
             return await action(store)
         finally:
             await store.close()
 
-    with cluster.reach():
-        return asyncio.run(run())
+    with tempfile.TemporaryDirectory(prefix="etcd-tunnel-") as directory:
+        path = Path(directory) / f"etcd:{port}"
+        with cluster.network.unix_tunnel(CLIENT_HOST, host, port, path):
+            return asyncio.run(run(f"unix:{directory}/etcd"))
 
 
 def etcd_image(cluster: ClusterProcess) -> MetadataImage:

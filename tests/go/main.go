@@ -9,6 +9,7 @@
 //	{"event":"committed","records":N,"total":T}  a transaction committed with N records
 //	{"event":"aborted","records":N,"error":"…"}  a transaction was aborted (it is retried)
 //	{"event":"error","error":"…"}                 a poll or produce error (retried)
+//	{"event":"abort-retried"}                      a failed End was ended by End(TryAbort)
 //	{"event":"stopped","total":T}                 clean exit
 //
 // Usage: oncelog-go-harness -brokers HOST:PORT -in TOPIC -out TOPIC -group G -txn-id ID
@@ -101,6 +102,14 @@ func main() {
 			emit(map[string]any{"event": "committed", "records": len(records), "total": total})
 		case err != nil:
 			emit(map[string]any{"event": "aborted", "records": len(records), "error": err.Error()})
+			// An End that failed on a transport error (say the broker died under the
+			// EndTxn) leaves the transaction open in the client, its outcome unconfirmed;
+			// franz-go's contract (EndTransaction's doc) is to retry the end with TryAbort,
+			// which re-inits the producer id (bumping the epoch fence-aborts whatever the
+			// broker still holds). Begin before that fails: "already in a transaction".
+			if !abortUntilEnded(ctx, sess) {
+				os.Exit(1)
+			}
 		default:
 			emit(map[string]any{"event": "aborted", "records": len(records), "error": ""})
 		}
@@ -110,4 +119,23 @@ func main() {
 	}
 	sess.Close()
 	emit(map[string]any{"event": "stopped", "total": total})
+}
+
+// abortUntilEnded retries End with TryAbort after a failed End until it succeeds (false, after
+// a "fatal" line, when it still fails after a minute: the broker is not coming back).
+func abortUntilEnded(ctx context.Context, sess *kgo.GroupTransactSession) bool {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := sess.End(ctx, kgo.TryAbort)
+		if err == nil {
+			emit(map[string]any{"event": "abort-retried"})
+			return true
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			emit(map[string]any{"event": "fatal", "error": "abort retry: " + err.Error()})
+			return false
+		}
+		emit(map[string]any{"event": "error", "error": "abort retry: " + err.Error()})
+		time.Sleep(200 * time.Millisecond) // back off before dialling the broker again
+	}
 }

@@ -16,9 +16,11 @@ answers, with the original offsets) instead of appending them twice (the log mus
 each record once, at the offset its acknowledgement named).
 
 Two topics take the records, so both ways of rebuilding the state are exercised:
-- ``tiny`` has 100-byte segments: every append rolls a segment and writes a snapshot that
-  covers the batch just written, so after a kill the state comes from the snapshot alone
-  and the retried batches are recognised from the batches the snapshot retained (up to 5);
+- ``tiny`` has 100-byte segments: every append rolls a segment and (after the append, from a
+  worker thread) writes a snapshot at the log end that covers the batch just written -- unlike
+  Kafka, whose roll snapshot is at the new segment's base, before the batch -- so after a
+  kill (once that snapshot is on disk) the state comes from the snapshot alone and the
+  retried batches are recognised from the batches the snapshot retained (up to 5);
 - ``small`` has 32 KiB segments: the newest snapshot (if any yet) is some way back and the
   state of the last batches comes from replaying the log tail.
 
@@ -106,23 +108,28 @@ def wait_for_answered(proxy: FaultProxy, timeout: float) -> None:
         time.sleep(0.02)
 
 
-def wait_for_roll_snapshots(data_dir: Path, topic: str, timeout: float) -> None:
-    """Until every partition of ``topic`` has a producer snapshot at its newest segment's
-    base (the broker writes roll snapshots from a worker thread, so the file can trail the
-    append that rolled); AssertionError after ``timeout``."""
+def wait_for_roll_snapshots(
+    data_dir: Path, topic: str, log_ends: dict[tuple[str, int], int], timeout: float
+) -> None:
+    """Until every partition of ``topic`` has a producer snapshot at its log end (the broker
+    writes the snapshot of a rolling append, named by the log end after that append, from a
+    worker thread, so the file can trail the append); AssertionError after ``timeout``.
+
+    The log end, not the newest segment's base: the append that rolls writes its batch into
+    the new segment, so a snapshot at that base (left by the previous append) does not
+    cover it -- waiting for the base let a kill find the batch covered by no snapshot."""
     deadline = time.monotonic() + timeout
     while True:
         behind = {}
         for p in range(PARTITIONS):
-            files = list((data_dir / f"{topic}-{p}").iterdir())
-            newest_segment = max(int(f.name[:20]) for f in files if f.name.endswith(".log"))
+            files = (data_dir / f"{topic}-{p}").iterdir()
             snapshots = [int(f.name[:20]) for f in files if f.name.endswith(".snapshot")]
-            if max(snapshots, default=-1) < newest_segment:
-                behind[p] = (newest_segment, max(snapshots, default=-1))
+            if max(snapshots, default=-1) < log_ends[(topic, p)]:
+                behind[p] = (log_ends[(topic, p)], max(snapshots, default=-1))
         if not behind:
             return
         if time.monotonic() >= deadline:
-            raise AssertionError(f"roll snapshots not written: {behind}")
+            raise AssertionError(f"roll snapshots not written (log end, newest): {behind}")
         time.sleep(0.02)
 
 
@@ -151,7 +158,9 @@ def test_kill_and_restart_mid_stream_keep_each_record_once(
                 FaultRules(delay={ApiKey.PRODUCE: HOLD}, hold_requests=frozenset({ApiKey.PRODUCE}))
             )
             wait_for_answered(proxy, 30)
-            wait_for_roll_snapshots(broker.data_dir, tiny, 30)
+            # Quiesced, so the log ends are final (each append to `tiny` rolled).
+            log_ends = end_offsets(broker.bootstrap, [(tiny, p) for p in range(PARTITIONS)])
+            wait_for_roll_snapshots(broker.data_dir, tiny, log_ends, 30)
             broker.kill()
             proxy.cut_all()  # the held responses die with the connections
             held_before_kill.append(proxy.stats().responses_delayed[ApiKey.PRODUCE] - held)

@@ -23,7 +23,7 @@ import re
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -37,6 +37,7 @@ PARTITIONS = 2
 GROUPS = 5
 ACCOUNTS = 40
 RECORDS = 2000
+GATE_TIMEOUT = 300.0  # seconds a gated feeder waits for the test to open the gate
 
 # The broker logs a refused or failed request (a closed connection, a handler error, a
 # refused marker, a failed offset commit) at WARNING or ERROR; a clean run logs neither.
@@ -68,9 +69,11 @@ def _group(account: str) -> str:
 
 
 def _produce(bootstrap: str, topic: str, numbers: range, *, chunk: int | None = None,
-             pause: float = 0.0) -> None:
+             pause: float = 0.0, gates: Sequence[tuple[int, threading.Event]] = ()) -> None:
     """Produce ``numbers`` idempotently, ``chunk`` records at a time with ``pause`` seconds
-    between chunks (pacing: input keeps arriving while the app is killed and restarted)."""
+    between chunks (pacing: input keeps arriving while the app is killed and restarted).
+    Each gate ``(number, event)`` holds the numbers from ``number`` on until ``event`` is set
+    (at most ``GATE_TIMEOUT`` s), so input is still to come whatever the machine's speed."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 5})
     errors: list[KafkaError] = []
@@ -81,6 +84,9 @@ def _produce(bootstrap: str, topic: str, numbers: range, *, chunk: int | None = 
 
     step = chunk or len(numbers)
     for start in range(numbers.start, numbers.stop, step):
+        for number, event in gates:
+            if start >= number:
+                event.wait(GATE_TIMEOUT)
         for i in range(start, min(start + step, numbers.stop)):
             producer.produce(topic, key=_account(i).encode(), value=str(_amount(i)).encode(),
                              on_delivery=on_delivery)
@@ -149,14 +155,18 @@ def test_streams_exactly_once_v2_survives_broker_and_app_kills(
                 str(tmp_path / "state"), str(GROUPS))
     changelog = f"{app_args[1]}-totals-changelog"
     app: JavaClient | None = None
+    broker_killed, app_killed = threading.Event(), threading.Event()
     try:
         client.create_topic(source, PARTITIONS)
         client.create_topic(sink, PARTITIONS)
         _create_changelog(broker.bootstrap, changelog)
-        # The input arrives paced (about 10 s) so both kills fall while it is still flowing.
+        # The input arrives paced (about 10 s), and gated so both kills fall before it is all
+        # written however slow the app's start is: at most 2/5 of it before the broker's kill
+        # (which waits for 1/5 of the output), at most 7/10 before the app's (1/2).
         feeder = threading.Thread(target=_produce, name="input", kwargs=dict(
             bootstrap=broker.bootstrap, topic=source, numbers=range(RECORDS),
-            chunk=RECORDS // 40, pause=0.25))
+            chunk=RECORDS // 40, pause=0.25,
+            gates=[(RECORDS * 2 // 5, broker_killed), (RECORDS * 7 // 10, app_killed)]))
         feeder.start()
         app = JavaClient("oncelog.streams.RunningTotals", *app_args,
                          log_path=tmp_path / "streams.log")
@@ -164,9 +174,11 @@ def test_streams_exactly_once_v2_survives_broker_and_app_kills(
         _wait_output(client, sink, RECORDS // 5, app)
         assert feeder.is_alive(), "the input was all written before the broker's kill"
         broker.restart(kill=True)
+        broker_killed.set()
         _wait_output(client, sink, RECORDS // 2, app)
         assert feeder.is_alive(), "the input was all written before the app's kill"
         app.kill()
+        app_killed.set()
         # The restore below must read a compacted changelog.
         _wait_cleaned(broker, changelog)
         errors = [line for line in app.snapshot() if "error" in line]
@@ -186,6 +198,8 @@ def test_streams_exactly_once_v2_survives_broker_and_app_kills(
                      f"DeleteRecords on {repartition}")
         assert app.stop() == 0, app.log_tail()
     finally:
+        broker_killed.set()  # a failed test does not leave the feeder waiting
+        app_killed.set()
         if app is not None:
             app.kill()
         client.close()
