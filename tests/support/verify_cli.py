@@ -105,3 +105,28 @@ def run_verify(report: Path, *args: str, timeout: float,
         text=True, timeout=timeout, env=environment, cwd=REPO)
     print(proc.stdout)
     return Run(proc.returncode, proc.stdout, report)
+
+
+
+@dataclass(frozen=True)
+class Floors:
+    """The least work a healthy run does (see ``Run.problems``)."""
+    ok: int
+    faults: int
+    ok_per_client: int
+    polled: int
+    derived: int
+
+
+def check_spawned_run(tmp_path: Path, spawn: str, faults: list[str], clients: list[str],
+                      floors: Floors, *, seed: int, timeout: float) -> Run:
+    """Two minutes of ``oncelog verify --spawn SPAWN`` with those faults and clients; fails
+    the test unless the run was healthy and valid."""
+    run = run_verify(tmp_path / "report", "--spawn", spawn, "--duration", "2m", "--faults",
+                     ",".join(faults), "--clients", ",".join(clients), "--seed", str(seed),
+                     timeout=timeout)
+    assert run.problems(min_ok=floors.ok, min_faults=floors.faults, fault_kinds=faults,
+                        clients=clients, min_ok_per_client=floors.ok_per_client,
+                        min_polled=floors.polled, min_derived=floors.derived) == []
+    assert "verdict: VALID" in run.output
+    return run

@@ -15,34 +15,25 @@ from types import SimpleNamespace
 from typing import Any
 
 from oncelog.client.aio.group import GroupMember
-from oncelog.client.config import ClientConfig
 from oncelog.client.types import TopicPartition
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
+from tests.unit.client.group_member_helpers import (
+    ScriptedCoordinatorClient,
+    as_client,
+    run_in_generation,
+)
 
 OWNED = [TopicPartition("in", 1)]
 
 
-class DroppedMemberClient:
+class DroppedMemberClient(ScriptedCoordinatorClient):
     """The coordinator answers the first heartbeat UNKNOWN_MEMBER_ID, then never answers a
     JoinGroup (the member stays between generations)."""
 
     def __init__(self) -> None:
-        self.config = ClientConfig({
-            "bootstrap.servers": "127.0.0.1:1", "group.id": "g",
-            "heartbeat.interval.ms": 1, "retry.backoff.ms": 1, "retry.backoff.max.ms": 1,
-        })  # fmt: skip
-        self.request_timeout_ms = 1000
+        super().__init__()
         self.joining = asyncio.Event()
-
-    async def find_coordinator(self, key_type: int, key: str) -> int:
-        return 1
-
-    def invalidate_coordinator(self, key_type: int, key: str) -> None:
-        pass
-
-    def backoff_s(self, attempt: int) -> float:
-        return 0.0
 
     async def call(self, node: int, api_key: int, build: Callable[[int], Any],
                    timeout_ms: int | None = None) -> Any:
@@ -64,18 +55,11 @@ def test_a_dropped_member_loses_its_partitions_before_it_rejoins() -> None:
         revoked.append(partitions)
 
     async def scenario() -> GroupMember:
-        member = GroupMember(cast_client(client), "g", topics=["in"], on_assign=on_assign,
+        member = GroupMember(as_client(client), "g", topics=["in"], on_assign=on_assign,
                              on_revoke=on_revoke, on_error=lambda _: None,
                              on_lost=lost.append)
-        # A member of generation 5 owning in-1, as after a completed join.
-        member.member_id, member.generation, member.assignment = "m-1", 5, list(OWNED)
-        member._identity = ("m-1", 5)
-        member._rejoin_needed.clear()
-        member.joined.set()
-        task = asyncio.create_task(member.run())
-        await asyncio.wait_for(client.joining.wait(), 5)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        # A member of generation 5 owning in-1 until the heartbeat says it was dropped.
+        await run_in_generation(member, client.joining, "m-1", 5, OWNED)
         return member
 
     member = asyncio.run(scenario())
@@ -88,6 +72,3 @@ def test_a_dropped_member_loses_its_partitions_before_it_rejoins() -> None:
     assert (metadata.member_id, metadata.generation_id) == ("m-1", 5)
     assert (member.member_id, member.generation) == ("", -1)
 
-
-def cast_client(client: DroppedMemberClient) -> Any:
-    return client
