@@ -97,7 +97,7 @@ def verify_argv(report: Path, *args: str) -> list[str]:
 def run_verify(name: str, report: Path, args: list[str], cpu: Callable[[], list[int]]
                ) -> dict[str, Any]:
     argv = verify_argv(report, *args)
-    command = "oncelog verify " + " ".join(argv[5:])
+    command = "oncelog verify " + " ".join(argv[4:])
     print(f"[{name}] {command}", flush=True)
     started = time.monotonic()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
