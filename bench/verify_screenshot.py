@@ -1,6 +1,8 @@
-"""Render the verify report of a synthetic but realistic history and screenshot it in
-headless chromium: the picture in docs until the real runs' figures replace it.
+"""Screenshot a verify report in headless chromium: a real run's (``--report DIR``, the
+picture in docs is the 30-minute single-node run of bench/verify_runs.py) or one rendered
+from a synthetic but realistic history.
 
+    python -m bench.verify_screenshot --report /tmp/oncelog-verify-runs/single
     python -m bench.verify_screenshot [--out docs/images/verify-report.png] [--duration 120]
 """
 
@@ -33,16 +35,25 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--height", type=int, default=1400)
+    parser.add_argument("--report", type=Path, default=None,
+                        help="the directory of a real run (its report.html)")
     args = parser.parse_args()
+    if args.report is not None:
+        capture(args.report / "report.html", args.out, args.height)
+        print(f"{args.out}: {args.report / 'report.html'}")
+        return
     history, results = synthetic_history(args.seed, args.duration)
     with tempfile.TemporaryDirectory(prefix="oncelog-verify-report-") as tmp:
-        page_path = write_report(Path(tmp), history, results)
-        with chromium_page(page_path.as_uri()) as page:
-            page.wait_for("document.readyState === 'complete'"
-                          " && document.getElementById('totals')")
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_bytes(screenshot(page, 1280, args.height))
+        capture(write_report(Path(tmp), history, results), args.out, args.height)
     print(f"{args.out}: {len(history.ops)} ops, {len(history.faults)} faults")
+
+
+def capture(page_path: Path, out: Path, height: int) -> None:
+    with chromium_page(page_path.resolve().as_uri()) as page:
+        page.wait_for("document.readyState === 'complete'"
+                      " && document.getElementById('totals')")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(screenshot(page, 1280, height))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ The report directory holds ``history.jsonl``, ``results.json``, ``report.html``,
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import random
 import re
@@ -96,7 +95,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--broker-name", default=None, metavar="NAME",
                    help="what the report calls the broker (default oncelog, or 'external')")
     p.add_argument("--java-classpath", default=None, metavar="CP",
-                   help="classpath of the Java worker, for --clients java")
+                   help="classpath of the Java worker, for --clients java (default: the "
+                   "harness `make reference` builds)")
     p.add_argument("--report", type=Path, required=True, metavar="DIR",
                    help="directory for report.html, results.json, history.jsonl, logs")
     p.add_argument("-v", "--verbose", action="store_true", help="log the run's progress")
@@ -108,14 +108,12 @@ def _check_usage(args: argparse.Namespace) -> None:
     if args.bootstrap_server and args.faults:
         raise CommandError("--faults needs --spawn: against an external deployment "
                            "(--bootstrap-server) you inject faults yourself", 2)
-    if "java" in args.clients and not args.java_classpath:
-        raise CommandError("--clients java needs --java-classpath", 2)
     if "java" in args.clients:
+        from oncelog.verify import java_worker
         try:
-            importlib.import_module("oncelog.verify.java_worker")
-        except ImportError:
-            raise CommandError("the Java worker (oncelog.verify.java_worker) is not "
-                               "installed in this build; drop java from --clients", 2) from None
+            java_worker.classpath(args.java_classpath)
+        except java_worker.JavaWorkerMissing as exc:
+            raise CommandError(str(exc), 2) from None
     if args.concurrency < 1 or args.partitions < 1:
         raise CommandError("--concurrency and --partitions must be at least 1", 2)
 

@@ -14,6 +14,9 @@ import os
 from pathlib import Path
 
 KAFKA_CLIENTS_VERSION = "4.4.0"
+# A small heap and the serial collector: four workers fit next to the brokers on a laptop
+# (the default heap is a quarter of the machine's memory and a parallel collector per JVM).
+JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 MAIN_CLASS = "oncelog.harness.VerifyWorker"
 CLIENT = "java"
 _REPO = Path(__file__).resolve().parents[2]
@@ -45,4 +48,4 @@ def classpath(given: str | None) -> str:
 
 def argv(work_args: list[str], classpath: str) -> list[str]:
     """The worker's command line: the ``work`` flags of the Python worker minus ``--client``."""
-    return ["java", "-cp", classpath, MAIN_CLASS, "work", *work_args]
+    return ["java", *JVM_OPTIONS, "-cp", classpath, MAIN_CLASS, "work", *work_args]

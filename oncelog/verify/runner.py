@@ -17,7 +17,6 @@ Every process the runner starts runs with ``Deployment.client_prefix`` in front.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import subprocess
@@ -167,9 +166,9 @@ class _Run:
                  "--abort-ratio", str(self.options.abort_ratio),
                  "--transaction-timeout-ms", str(self.options.transaction_timeout_ms)]
         if client == "java":
-            java_worker = importlib.import_module("oncelog.verify.java_worker")
-            argv: list[str] = java_worker.argv(self.options.java_classpath, flags)
-            return [*self.deployment.client_prefix, *argv]
+            from oncelog.verify import java_worker
+            classpath = java_worker.classpath(self.options.java_classpath)
+            return [*self.deployment.client_prefix, *java_worker.argv(flags, classpath)]
         return [*self.deployment.client_prefix, sys.executable, "-m", WORKER_MODULE, "work",
                 "--client", client, *flags]
 

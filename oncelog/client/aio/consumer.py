@@ -78,6 +78,7 @@ class AIOConsumer:
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_error=self._surface,
+            on_lost=self._on_lost,
         )
         self.offsets.group = self._group
         self._group_task = asyncio.get_running_loop().create_task(
@@ -113,6 +114,11 @@ class AIOConsumer:
                     await self.offsets.commit_offsets(offsets, in_rebalance=True)
         remaining = [tp for tp in self.offsets.assignment if tp not in set(revoked)]
         self._set_assignment(remaining)
+
+    def _on_lost(self, lost: list[TopicPartition]) -> None:
+        """The group dropped this member: its partitions go at once, fetched records too,
+        and nothing is committed for them (they may have a new owner)."""
+        self._set_assignment([tp for tp in self.offsets.assignment if tp not in set(lost)])
 
     def assignment(self) -> list[TopicPartition]:
         return list(self.offsets.assignment)

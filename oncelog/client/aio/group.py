@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["GroupMember"]
 
 PartitionsCallback = Callable[[list[TopicPartition]], Awaitable[None]]
+LostCallback = Callable[[list[TopicPartition]], None]
 ErrorCallback = Callable[[KafkaClientError], None]
 
 _REJOIN = frozenset(
@@ -78,6 +79,7 @@ class GroupMember:
         on_assign: PartitionsCallback,
         on_revoke: PartitionsCallback,
         on_error: ErrorCallback,
+        on_lost: LostCallback | None = None,
     ) -> None:
         cfg = client.config
         self.client = client
@@ -98,6 +100,10 @@ class GroupMember:
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._on_error = on_error
+        self._on_lost = on_lost
+        # The identity of the last generation this member completed (its group metadata for
+        # TxnOffsetCommit), kept after the membership is lost until a new generation starts.
+        self._identity: tuple[str, int] = ("", -1)
         self._coordinator: int | None = None
         self._rejoin_needed = asyncio.Event()
         self._rejoin_needed.set()
@@ -105,9 +111,27 @@ class GroupMember:
         self._stopping = False
 
     def metadata(self) -> ConsumerGroupMetadata:
-        return ConsumerGroupMetadata(
-            self.group_id, self.generation, self.member_id, self.group_instance_id
-        )
+        """The group metadata a transactional producer commits offsets with: the last
+        generation this member completed. After the coordinator dropped the member it is
+        still that (stale) generation, so the coordinator refuses the offsets of records
+        read in it (UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION, abortable) rather than taking
+        them as a commit without a member (generation -1), which it must accept (KIP-447)."""
+        member_id, generation = self._identity
+        return ConsumerGroupMetadata(self.group_id, generation, member_id, self.group_instance_id)
+
+    def _lose_membership(self, member_id: str) -> None:
+        """The coordinator no longer knows this member or its generation: what it owned is
+        lost, dropped at once without a revoke callback or a commit (Kafka's onJoinPrepare
+        after the heartbeat reset the generation: onPartitionsLost), so the consumer returns
+        no more records of partitions another member may own by now."""
+        self.member_id, self.generation = member_id, -1
+        lost, self.assignment = self.assignment, []
+        self.joined.clear()
+        if lost:
+            logger.info("group %s: membership lost; partitions %s lost", self.group_id,
+                        [str(tp) for tp in lost])
+            if self._on_lost is not None:
+                self._on_lost(lost)
 
     def request_rejoin(self) -> None:
         self._rejoin_needed.set()
@@ -196,6 +220,7 @@ class GroupMember:
         if revoked:
             await self._on_revoke(revoked)
         self.assignment = sorted(new)
+        self._identity = (self.member_id, self.generation)
         added = [tp for tp in self.assignment if tp not in old]
         logger.info(
             "group %s member %s generation %d: assigned %s",
@@ -250,7 +275,7 @@ class GroupMember:
                 self.member_id = response.member_id
                 continue
             if code in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation):
-                self.member_id, self.generation = "", -1
+                self._lose_membership("")
                 raise _Rejoin(code.name)
             if code != ErrorCode.none:
                 raise error_for(code, f"JoinGroup {self.group_id}")
@@ -289,9 +314,7 @@ class GroupMember:
         )
         code = ErrorCode(response.error_code)
         if code in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation):
-            self.member_id, self.generation = (
-                ("", -1) if code == ErrorCode.unknown_member_id else (self.member_id, -1)
-            )
+            self._lose_membership("" if code == ErrorCode.unknown_member_id else self.member_id)
             raise _Rejoin(code.name)
         if code == ErrorCode.rebalance_in_progress:
             raise _Rejoin(code.name)
@@ -352,7 +375,7 @@ class GroupMember:
                 continue
             if code in _REJOIN:
                 if code != ErrorCode.rebalance_in_progress:
-                    self.member_id, self.generation = "", -1
+                    self._lose_membership("")
                 raise _Rejoin(code.name)
             raise error_for(code, f"Heartbeat {self.group_id}")
 
@@ -385,3 +408,4 @@ class GroupMember:
             )
             logger.info("group %s: member %s left", self.group_id, self.member_id)
         self.member_id, self.generation = "", -1
+        self._identity = ("", -1)

@@ -12,35 +12,28 @@ from types import SimpleNamespace
 from typing import Any
 
 from oncelog.client.aio.group import GroupMember
-from oncelog.client.config import ClientConfig
 from oncelog.client.errors import BrokerConnectionError, KafkaClientError
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
+from tests.unit.client.group_member_helpers import (
+    ScriptedCoordinatorClient,
+    as_client,
+    run_in_generation,
+)
 
 
-class MovingCoordinatorClient:
+class MovingCoordinatorClient(ScriptedCoordinatorClient):
     """Answers heartbeats: first the old coordinator's broker is gone, then a broker answers
     NOT_COORDINATOR, then the new coordinator (node 2) answers; any JoinGroup is recorded."""
 
     def __init__(self) -> None:
-        self.config = ClientConfig({
-            "bootstrap.servers": "127.0.0.1:1", "group.id": "g",
-            "heartbeat.interval.ms": 1, "retry.backoff.ms": 1, "retry.backoff.max.ms": 1,
-        })  # fmt: skip
-        self.request_timeout_ms = 1000
+        super().__init__()
         self.coordinators = iter([1, 1, 2, 2, 2, 2, 2, 2])
         self.calls: list[tuple[int, int]] = []
         self.heartbeats_answered = asyncio.Event()
-        self.invalidated = 0
 
     async def find_coordinator(self, key_type: int, key: str) -> int:
         return next(self.coordinators)
-
-    def invalidate_coordinator(self, key_type: int, key: str) -> None:
-        self.invalidated += 1
-
-    def backoff_s(self, attempt: int) -> float:
-        return 0.0
 
     async def call(self, node: int, api_key: int, build: Callable[[int], Any],
                    timeout_ms: int | None = None) -> Any:
@@ -65,16 +58,10 @@ def test_a_moved_coordinator_is_found_again_without_a_rejoin() -> None:
         return None
 
     async def scenario() -> GroupMember:
-        member = GroupMember(cast_client(client), "g", topics=["t"], on_assign=nothing,
+        member = GroupMember(as_client(client), "g", topics=["t"], on_assign=nothing,
                              on_revoke=nothing, on_error=errors.append)
         # A member of generation 5 with its assignment, before the coordinator moves.
-        member.member_id, member.generation = "m-1", 5
-        member._rejoin_needed.clear()
-        member.joined.set()
-        task = asyncio.create_task(member.run())
-        await asyncio.wait_for(client.heartbeats_answered.wait(), 5)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await run_in_generation(member, client.heartbeats_answered, "m-1", 5)
         return member
 
     member = asyncio.run(scenario())
@@ -84,6 +71,3 @@ def test_a_moved_coordinator_is_found_again_without_a_rejoin() -> None:
     assert client.calls[-1][0] == 2  # heartbeats go to the new coordinator
     assert client.invalidated >= 2 and errors == []
 
-
-def cast_client(client: MovingCoordinatorClient) -> Any:
-    return client
