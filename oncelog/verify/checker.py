@@ -219,6 +219,11 @@ def _checks(history: History, idx: _Index) -> Iterator[Anomaly]:
     yield from _send_order(idx)
     yield from _consume_transform_produce(history, idx)
     yield from _cycles(idx)
+    if history.final is not None and history.final.committed_error is not None:
+        yield Anomaly("final-read-incomplete",
+                      "the group's committed offsets could not be read after the run "
+                      f"({history.final.committed_error}): consume-transform-produce "
+                      "cannot be checked against them")
     if history.final is None or not history.final.complete:
         why = ("there is no final read" if history.final is None else
                "the final read did not reach the end of every partition")
@@ -463,6 +468,8 @@ def _consume_transform_produce(history: History, idx: _Index) -> Iterator[Anomal
             continue
         if source not in inputs:
             continue
+        if history.final.committed_error is not None:
+            continue  # no committed offsets to compare with: reported as incomplete
         in_tp, in_offset = inputs[source]
         committed = idx.committed.get(in_tp)
         if committed is None or in_offset >= committed:

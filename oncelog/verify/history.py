@@ -115,6 +115,9 @@ class FinalRead:
     complete: bool
     committed: dict[str, int] = field(default_factory=dict)
     time: float = 0.0
+    # Why the group's committed offsets could not be read (None: they were), e.g. an
+    # OffsetFetch answering UNSTABLE_OFFSET_COMMIT long after every transaction ended.
+    committed_error: str | None = None
 
 
 @dataclass

@@ -73,6 +73,7 @@ def final(args: argparse.Namespace) -> int:
                          "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100})
     ends = Consumer({**_config(args), "isolation.level": "read_uncommitted"})
     committed: dict[str, int] = {}
+    committed_error: str | None = None
     try:
         consumer.assign(tps)
         consumer.seek_to_beginning(tps)
@@ -91,11 +92,12 @@ def final(args: argparse.Namespace) -> int:
             except KafkaClientError as exc:
                 log.info("final read: %s, retrying", exc)
                 time.sleep(0.5)  # retry backoff
-        committed = _committed(args, deadline)
+        committed, committed_error = _committed(args, deadline)
     finally:
         consumer.close(2.0)
         ends.close(2.0)
-    result = FinalRead(reads, complete, committed, time.time() - args.started_at)
+    result = FinalRead(reads, complete, committed, time.time() - args.started_at,
+                       committed_error)
     with open(args.out, "w") as out:
         out.write(json.dumps({"type": "final", **asdict(result)}, separators=(",", ":")) + "\n")
     log.info("final read %s: %d records", "complete" if complete else "INCOMPLETE",
@@ -103,7 +105,8 @@ def final(args: argparse.Namespace) -> int:
     return 0
 
 
-def _committed(args: argparse.Namespace, deadline: float) -> dict[str, int]:
+def _committed(args: argparse.Namespace, deadline: float) -> tuple[dict[str, int], str | None]:
+    """The group's committed offsets, or why they could not be read."""
     inputs = [TopicPartition(args.input, p) for p in range(args.partitions)]
     group = Consumer({**_config(args), "group.id": args.group,
                       "enable.auto.commit": False})
@@ -111,11 +114,12 @@ def _committed(args: argparse.Namespace, deadline: float) -> dict[str, int]:
         while True:
             try:
                 found = group.committed(inputs)
-                return {tp_key(*tp): oam.offset for tp, oam in found.items() if oam is not None}
+                return ({tp_key(*tp): oam.offset for tp, oam in found.items()
+                         if oam is not None}, None)
             except KafkaClientError as exc:
                 if time.monotonic() > deadline + 30:
                     log.error("cannot read the group's committed offsets: %s", exc)
-                    return {}
+                    return {}, str(exc)
                 time.sleep(0.5)  # retry backoff
     finally:
         group.close(2.0)

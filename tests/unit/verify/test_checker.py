@@ -238,3 +238,20 @@ def test_an_aborted_transform_and_its_retry_are_no_duplicate() -> None:
               session=1, offsets={IN0: 1})]
     final = {IN0: [(0, "1.0.0")], OUT0: [(2, "x:1.0.0")]}
     assert found(check(history(ops, final, committed={IN0: 1}))) == {}
+
+
+def test_unreadable_committed_offsets_are_an_incomplete_final_read_not_ctp_anomalies() -> None:
+    """The group's offsets could not be read (OffsetFetch kept answering
+    UNSTABLE_OFFSET_COMMIT): the transforms cannot be compared with them, which is reported
+    once as an incomplete final read, never as a ctp-duplicate per derived record."""
+    ops = [op(1, 0, 0, 1, sends=[(IN0, "1.0.0", 0)]),
+           op(2, 0, 2, 3, polls=[{IN0: [(0, "1.0.0")]}], sends=[(OUT0, "x:1.0.0", 0)],
+              offsets={IN0: 1})]
+    final = {IN0: [(0, "1.0.0")], OUT0: [(0, "x:1.0.0")]}
+    hist = history(ops, final)
+    assert hist.final is not None
+    hist.final.committed_error = "REQUEST_TIMED_OUT: last error UNSTABLE_OFFSET_COMMIT"
+    results = check(hist)
+    assert found(results) == {"final-read-incomplete": [set()]}
+    assert "UNSTABLE_OFFSET_COMMIT" in results.anomalies["final-read-incomplete"][0].explanation
+    assert not results.valid

@@ -38,8 +38,11 @@ def test_bad_durations(text: str) -> None:
     (["--bootstrap-server", "127.0.0.1:1", "--concurrency", "0"], "at least 1"),
 ])
 def test_usage_errors_exit_2_with_one_clear_line(
-    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # No Java harness built here, whatever the machine's .cache holds.
+    monkeypatch.setenv("ONCELOG_REFERENCE_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(SystemExit) as exited:
         code = main(["verify", *argv, "--report", str(tmp_path / "r")])
         raise SystemExit(code)
