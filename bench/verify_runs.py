@@ -192,7 +192,11 @@ def section(figures: list[dict[str, Any]]) -> str:
             f"| {txns['ok']} / {txns['fail']} / {txns['unknown']} | {_pairs(t['faults'])} "
             f"| {_anomalies(f['counts'])} | {f['broker_cpu_s']} "
             f"| {'valid' if f['valid'] else 'INVALID'} |")
-    lines += ["", "Commands (each in its own report directory):", ""]
+    lines += ["", "What each invalid run found, from its history and the brokers' logs, is in "
+              "docs/verify.md (\"What the runs found\"): the cluster run's ctp-duplicates "
+              "follow from a TxnOffsetCommit left pending in __consumer_offsets (the group's "
+              "offsets unreadable at the end), Tansu's from its aborted reads.",
+              "", "Commands (each in its own report directory):", ""]
     lines += [f"    {f['command']}" for f in figures]
     lines.append("")
     return "\n".join(lines)
