@@ -43,9 +43,12 @@ from oncelog.security.acl import (
 
 
 def _options(parser: argparse.ArgumentParser, *, listing: bool) -> None:
-    parser.add_argument("--topic", action="append", default=[], metavar="NAME")
-    parser.add_argument("--group", action="append", default=[], metavar="NAME")
-    parser.add_argument("--transactional-id", action="append", default=[], metavar="ID")
+    parser.add_argument("--topic", action="append", default=[], metavar="NAME",
+                        help="a topic resource (repeatable; default none)")
+    parser.add_argument("--group", action="append", default=[], metavar="NAME",
+                        help="a group resource (repeatable; default none)")
+    parser.add_argument("--transactional-id", action="append", default=[], metavar="ID",
+                        help="a transactional id resource (repeatable; default none)")
     parser.add_argument("--cluster", action="store_true", help="the cluster resource")
     parser.add_argument("--resource-pattern-type", default=None,
                         choices=["literal", "prefixed", "any", "match"],
@@ -53,10 +56,14 @@ def _options(parser: argparse.ArgumentParser, *, listing: bool) -> None:
     if listing:
         parser.add_argument("--principal", default=None, help="only this principal's ACLs")
         return
-    parser.add_argument("--allow-principal", action="append", default=[], metavar="P")
-    parser.add_argument("--deny-principal", action="append", default=[], metavar="P")
-    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST")
-    parser.add_argument("--deny-host", action="append", default=[], metavar="HOST")
+    parser.add_argument("--allow-principal", action="append", default=[], metavar="P",
+                        help="principal to allow, e.g. User:alice (repeatable; default none)")
+    parser.add_argument("--deny-principal", action="append", default=[], metavar="P",
+                        help="principal to deny (repeatable; default none)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
+                        help="host the allow applies to (repeatable; default *)")
+    parser.add_argument("--deny-host", action="append", default=[], metavar="HOST",
+                        help="host the deny applies to (repeatable; default *)")
     parser.add_argument("--operation", action="append", default=[], metavar="OP",
                         help="repeatable; default All")
     parser.add_argument("--force", action="store_true", help="remove without asking")

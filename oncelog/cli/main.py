@@ -65,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="directory of the broker's files (default: the first entry of "
                             "log.dirs, ./data)")
     serve.add_argument("--listen", type=_host_port, default=None, metavar="HOST:PORT",
-                       help="the PLAINTEXT listener's address (default 127.0.0.1:9092 "
-                            "unless -c listeners=... names the listeners)")
+                       help="the PLAINTEXT listener's address, unless -c listeners=... names "
+                            "the listeners (default 127.0.0.1:9092)")
     serve.add_argument("--advertised", type=_host_port, default=None, metavar="HOST:PORT",
                        help="address clients of the PLAINTEXT listener are told to connect "
                             "to (default: --listen)")

@@ -37,16 +37,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     actions = p.add_subparsers(dest="users_action", required=True)
     add = actions.add_parser("add", parents=[connection_options()],
                              help="add a SCRAM credential (or replace its password)")
-    add.add_argument("name")
-    add.add_argument("--mechanism", default="SCRAM-SHA-256", choices=sorted(MECHANISMS))
+    add.add_argument("name", help="the user name (the principal is User:NAME)")
+    add.add_argument("--mechanism", default="SCRAM-SHA-256", choices=sorted(MECHANISMS),
+                     help="the SCRAM mechanism (default SCRAM-SHA-256)")
     add.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
-                     help="PBKDF2 iterations, 4096..16384")
+                     help="PBKDF2 iterations, 4096..16384 (default %(default)s)")
     add.add_argument("--password-file", type=Path, default=None,
                      help="read the password from the first line of FILE (default: prompt, "
                      "or one line of standard input when it is not a terminal)")
     remove = actions.add_parser("remove", parents=[connection_options()],
                                 help="remove a user's SCRAM credentials")
-    remove.add_argument("name")
+    remove.add_argument("name", help="the user name")
     remove.add_argument("--mechanism", default=None, choices=sorted(MECHANISMS),
                         help="only this mechanism (default: every one the user has)")
     listing = actions.add_parser("list", parents=[connection_options()],

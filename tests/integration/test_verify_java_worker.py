@@ -173,7 +173,8 @@ def test_classpath_names_make_reference_when_the_harness_is_missing(
         java_worker.classpath(None)
     assert java_worker.classpath("/x.jar") == "/x.jar"
     assert java_worker.argv(["--seed", "1"], "/x.jar") == [
-        "java", "-cp", "/x.jar", "oncelog.harness.VerifyWorker", "work", "--seed", "1"]
+        "java", *java_worker.JVM_OPTIONS, "-cp", "/x.jar", "oncelog.harness.VerifyWorker",
+        "work", "--seed", "1"]
 
 
 def test_java_worker_runs_the_verify_workload_exactly_once(workload: Workload) -> None:
