@@ -99,19 +99,22 @@ def _follower(tmp_path: Path, topic: str) -> Partition:
 
 
 def _replicate(
-    broker: BrokerProcess, partition: Partition, done: Callable[[], bool]
+    broker: BrokerProcess, partition: Partition, done: Callable[[], bool],
+    connect: Callable[[LeaderEndpoint], BrokerConnection] | None = None,
 ) -> ReplicaFetcher:
-    """Run a fetcher for ``partition`` until ``done()`` holds (20 s deadline)."""
-    return asyncio.run(_replicate_until(broker, partition, done))
+    """Run a fetcher for ``partition`` until ``done()`` holds (20 s deadline); ``connect``
+    makes its connections (default: the fetcher's own)."""
+    return asyncio.run(_replicate_until(broker, partition, done, connect))
 
 
 async def _replicate_until(
-    broker: BrokerProcess, partition: Partition, done: Callable[[], bool]
+    broker: BrokerProcess, partition: Partition, done: Callable[[], bool],
+    connect: Callable[[LeaderEndpoint], BrokerConnection] | None,
 ) -> ReplicaFetcher:
     host, port = broker.bootstrap.rsplit(":", 1)
     fetcher = ReplicaFetcher(
         local_id=FOLLOWER_ID, leader=LeaderEndpoint(0, host, int(port)),
-        config=FetcherConfig(fetch_wait_max_ms=50, fetch_backoff_ms=50),
+        config=FetcherConfig(fetch_wait_max_ms=50, fetch_backoff_ms=50), connect=connect,
     )
     fetcher.add_partition(partition, 0)
     task = asyncio.create_task(fetcher.run())
@@ -207,7 +210,6 @@ def test_a_refused_login_is_retried_not_the_end_of_the_fetcher(
     _write_transactions(shared_broker, topic)
     leader_end = int(_leader_fetch(shared_broker, topic, isolation=1).high_watermark)
     follower = _follower(tmp_path, topic)
-    host, port = shared_broker.bootstrap.rsplit(":", 1)
     attempts: list[LeaderEndpoint] = []
 
     def connect(leader: LeaderEndpoint) -> BrokerConnection:
@@ -215,23 +217,7 @@ def test_a_refused_login_is_retried_not_the_end_of_the_fetcher(
         cls = _RefusedLogin if len(attempts) <= 2 else BrokerConnection
         return cls(leader.host, leader.port, node_id=leader.node_id)
 
-    async def run() -> None:
-        fetcher = ReplicaFetcher(
-            local_id=FOLLOWER_ID, leader=LeaderEndpoint(0, host, int(port)),
-            config=FetcherConfig(fetch_wait_max_ms=50, fetch_backoff_ms=50), connect=connect,
-        )
-        fetcher.add_partition(follower, 0)
-        task = asyncio.create_task(fetcher.run())
-        try:
-            async with asyncio.timeout(20):
-                while follower.high_watermark != leader_end:
-                    assert not task.done(), task
-                    await asyncio.sleep(0.02)
-        finally:
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-
-    asyncio.run(run())
+    _replicate(shared_broker, follower, lambda: follower.high_watermark == leader_end,
+               connect)
     assert len(attempts) >= 3, "the refused logins were retried"
     assert follower.log_end_offset == leader_end
