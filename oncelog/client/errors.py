@@ -134,6 +134,13 @@ class AuthenticationError(FatalError):
     default_code = ErrorCode.sasl_authentication_failed
 
 
+# What a request to a broker can fail with short of an answer: no connection, a timeout, a
+# socket error, or a refused login. Brokers talking to each other retry on these.
+CONNECTION_FAILURES: tuple[type[Exception], ...] = (
+    BrokerConnectionError, KafkaTimeoutError, OSError, AuthenticationError,
+)
+
+
 class CommitFailedError(KafkaClientError):
     """An offset commit failed because the group rebalanced (generation or member gone)."""
 

@@ -22,11 +22,10 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-from oncelog.broker.cluster.peers import PeerConnections, indexes_by_topic
+from oncelog.broker.cluster.peers import PEER_REQUEST_FAILURES, PeerConnections, indexes_by_topic
 from oncelog.broker.cluster.view import EtcdClusterView
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.client.aio.connection import BrokerConnection
-from oncelog.client.errors import AuthenticationError, BrokerConnectionError, KafkaTimeoutError
 from oncelog.cluster.metadata import NO_LEADER
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions
@@ -102,8 +101,7 @@ class ClusterMarkerWriter:
                 _request(producer_id, producer_epoch, coordinator_epoch, commit, partitions),
                 timeout_ms=self.request_timeout_ms,
             )
-        except (BrokerConnectionError, KafkaTimeoutError, OSError, LookupError,
-                AuthenticationError) as exc:
+        except PEER_REQUEST_FAILURES as exc:
             if conn is not None:
                 await self.peers.drop(leader, str(exc), conn)
             log.info("%s markers for producer %d to broker %d (%d partitions) failed: %s; "

@@ -19,9 +19,15 @@ from collections.abc import Iterable
 from oncelog.broker.cluster.view import EtcdClusterView
 from oncelog.broker.markers import broker_client_id
 from oncelog.client.aio.connection import BrokerConnection
+from oncelog.client.errors import CONNECTION_FAILURES
 from oncelog.client.sasl import SaslCredentials
 
 __all__ = ["PeerConnections", "indexes_by_topic"]
+
+
+# What a request to another broker can fail with short of an answer: the connection's
+# failures, or LookupError for a broker the metadata no longer has (retried after it moves).
+PEER_REQUEST_FAILURES: tuple[type[Exception], ...] = (*CONNECTION_FAILURES, LookupError)
 
 
 class PeerConnections:

@@ -41,7 +41,7 @@ from oncelog.broker.listeners import inter_broker_client_tls
 from oncelog.broker.partition import Partition
 from oncelog.broker.sasl import inter_broker_client_sasl
 from oncelog.client.aio.connection import BrokerConnection
-from oncelog.client.errors import AuthenticationError, BrokerConnectionError, KafkaTimeoutError
+from oncelog.client.errors import CONNECTION_FAILURES
 from oncelog.client.sasl import SaslCredentials
 from oncelog.client.wire import nested, request
 from oncelog.cluster.follower import (
@@ -174,8 +174,7 @@ class ReplicaFetcher:
                     connection = await self._connected()
                     await self._truncate(connection)
                     progressed = await self._fetch(connection)
-                except (BrokerConnectionError, KafkaTimeoutError, OSError,
-                        AuthenticationError) as exc:
+                except CONNECTION_FAILURES as exc:
                     # A refused inter-broker login (credentials not yet created, or wrong)
                     # is retried as Kafka's fetcher does, never the end of the broker.
                     log.warning("replica fetcher %d <- %d: %s; retrying in %d ms",

@@ -11,9 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from oncelog.broker.cluster.peers import PeerConnections, indexes_by_topic
+from oncelog.broker.cluster.peers import PEER_REQUEST_FAILURES, PeerConnections, indexes_by_topic
 from oncelog.client.aio.connection import BrokerConnection
-from oncelog.client.errors import AuthenticationError, BrokerConnectionError, KafkaTimeoutError
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, request_module
@@ -52,8 +51,7 @@ class RemoteTxnVerifier:
                 _request(transactional_id, producer_id, producer_epoch, partitions, verify_only),
                 timeout_ms=self.peers.request_timeout_ms,
             )
-        except (BrokerConnectionError, KafkaTimeoutError, OSError, LookupError,
-                AuthenticationError) as exc:
+        except PEER_REQUEST_FAILURES as exc:
             if conn is not None:
                 await self.peers.drop(coordinator, str(exc), conn)
             log.info("transaction verification of %r (producer %d) at coordinator %d failed: "
