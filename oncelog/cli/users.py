@@ -6,6 +6,11 @@ AlterUserScramCredentials, as ``kafka-configs.sh --entity-type users`` manages t
     oncelog users remove NAME [--mechanism M]       (default: every mechanism it has)
     oncelog users list [NAME ...]
 
+Each also takes ``--data-dir DIR`` (a stopped single node) or ``--metadata-etcd-endpoints
+HOST:PORT`` (a cluster, before or after its brokers start) instead of a broker to ask:
+the first users of a cluster whose listeners all need a SCRAM login, as Kafka's
+``kafka-storage.sh format --add-scram`` (oncelog.cli.users_offline).
+
 The password is salted and hashed here (a fresh random salt); the broker receives only the
 salt and the salted password, and nothing prints it. A SASL listener needs the CLI's own
 login: ``--command-config FILE`` (a properties file with ``security.protocol``,
@@ -19,6 +24,7 @@ import getpass
 import sys
 from pathlib import Path
 
+from oncelog.cli import users_offline
 from oncelog.cli.common import (
     CommandError,
     connection_options,
@@ -45,14 +51,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add.add_argument("--password-file", type=Path, default=None,
                      help="read the password from the first line of FILE (default: prompt, "
                      "or one line of standard input when it is not a terminal)")
+    users_offline.add_store_options(add)
     remove = actions.add_parser("remove", parents=[connection_options()],
                                 help="remove a user's SCRAM credentials")
     remove.add_argument("name", help="the user name")
     remove.add_argument("--mechanism", default=None, choices=sorted(MECHANISMS),
                         help="only this mechanism (default: every one the user has)")
+    users_offline.add_store_options(remove)
     listing = actions.add_parser("list", parents=[connection_options()],
                                  help="list users and their SCRAM mechanisms")
     listing.add_argument("names", nargs="*", help="only these users (default: all)")
+    users_offline.add_store_options(listing)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,9 +92,12 @@ def _check(results: dict[str, KafkaClientError | None]) -> None:
 
 def cmd_add(args: argparse.Namespace) -> int:
     password = read_password(args)
-    with open_admin(args) as admin:
-        _check(admin.alter_user_scram_credentials(
-            [ScramUpsertion(args.name, args.mechanism, password, args.iterations)]))
+    if users_offline.is_offline(args):
+        users_offline.add(args, password)
+    else:
+        with open_admin(args) as admin:
+            _check(admin.alter_user_scram_credentials(
+                [ScramUpsertion(args.name, args.mechanism, password, args.iterations)]))
     print(f"{args.mechanism} credential of user {args.name} set "
           f"({args.iterations} iterations)")
     return 0
@@ -99,17 +111,26 @@ def _mechanisms_of(admin: Admin, name: str) -> list[str]:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    with open_admin(args) as admin:
-        mechanisms = [args.mechanism] if args.mechanism else _mechanisms_of(admin, args.name)
-        for mechanism in mechanisms:  # one request each: Kafka refuses a user twice in one
-            _check(admin.alter_user_scram_credentials([ScramDeletion(args.name, mechanism)]))
+    if users_offline.is_offline(args):
+        mechanisms = users_offline.remove(args)
+    else:
+        with open_admin(args) as admin:
+            mechanisms = ([args.mechanism] if args.mechanism
+                          else _mechanisms_of(admin, args.name))
+            for mechanism in mechanisms:  # one request each: Kafka refuses a user twice
+                _check(admin.alter_user_scram_credentials(
+                    [ScramDeletion(args.name, mechanism)]))
     print(f"removed {', '.join(mechanisms)} credential(s) of user {args.name}")
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with open_admin(args) as admin:
-        found = admin.describe_user_scram_credentials(args.names or None)
+    found: dict[str, dict[str, int] | KafkaClientError]
+    if users_offline.is_offline(args):
+        found = dict(users_offline.describe(args))
+    else:
+        with open_admin(args) as admin:
+            found = admin.describe_user_scram_credentials(args.names or None)
     rows: list[list[object]] = []
     for user, infos in sorted(found.items()):
         if isinstance(infos, KafkaClientError):

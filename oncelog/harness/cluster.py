@@ -34,11 +34,11 @@ reach it through the proxy, where ``oncelog verify`` cuts connections and drops 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,14 +48,12 @@ from typing import Any, Self
 
 from kio.schema.metadata.v12 import request as md
 
-from oncelog.cluster.metadata_store import EtcdMetadataStore, parse_endpoints
-from oncelog.harness.broker import REPO_ROOT, BrokerProcess, ConfigValue
+from oncelog.harness.broker import REPO_ROOT, BrokerProcess, ConfigValue, default_argv_prefix
 from oncelog.harness.etcd import EtcdProcess, start_etcd, unique_prefix
 from oncelog.harness.fault_proxy import FaultProxy
 from oncelog.harness.net import LOOPBACK, free_port
 from oncelog.harness.netns import Network
 from oncelog.harness.rawkafka import request_once
-from oncelog.security.credentials import MECHANISMS, ScramCredential, encode_credentials
 
 
 @dataclass(frozen=True)
@@ -155,7 +153,7 @@ class ClusterProcess:
         if self.etcd is None:
             self.etcd = self._start_etcd()
         if self.scram_users:
-            asyncio.run(self._seed_scram_users(self.etcd.endpoint))
+            self._seed_scram_users(self.etcd.endpoint)
         for node_id in range(1, self.count + 1):
             self.brokers[node_id] = self._broker(node_id, {
                 **self.configs,
@@ -169,19 +167,17 @@ class ClusterProcess:
         )
         return self
 
-    async def _seed_scram_users(self, endpoint: str) -> None:
+    def _seed_scram_users(self, endpoint: str) -> None:
         """``scram_users`` (user -> (mechanism, password)) written to the metadata store
-        before any broker starts, as Kafka's ``kafka-storage format --add-scram`` does: the
-        brokers' own SCRAM login on a SASL inter-broker listener needs it from the start."""
-        credentials = {user: {mechanism: ScramCredential.from_password(
-            MECHANISMS[mechanism], password, os.urandom(16), 4096)}
-            for user, (mechanism, password) in self.scram_users.items()}
-        store = EtcdMetadataStore(parse_endpoints(endpoint), prefix=self.prefix)
-        try:
-            if not await store.write_scram_credentials(encode_credentials(credentials), 0):
-                raise RuntimeError(f"SCRAM credentials already exist under {self.prefix}")
-        finally:
-            await store.close()
+        before any broker starts with ``oncelog users add --metadata-etcd-endpoints`` (as
+        Kafka's ``kafka-storage format --add-scram``): the brokers' own SCRAM login on a
+        SASL inter-broker listener needs it from the start."""
+        for user, (mechanism, password) in self.scram_users.items():
+            subprocess.run(
+                [*default_argv_prefix(), "users", "add", user, "--mechanism", mechanism,
+                 "--metadata-etcd-endpoints", endpoint, "--metadata-etcd-prefix", self.prefix],
+                input=password + "\n", text=True, check=True, capture_output=True,
+                cwd=REPO_ROOT, env=self._broker_env(), timeout=60)
 
     def _broker_env(self) -> dict[str, str] | None:
         """The brokers' environment: this process's (repository first on PYTHONPATH, as
