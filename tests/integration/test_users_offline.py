@@ -51,7 +51,9 @@ def produce_and_read(conf: dict[str, Any]) -> list[bytes]:
     try:
         msg = consumer.poll(30)
         assert msg is not None and msg.error() is None, msg and msg.error()
-        return [msg.value()]
+        value = msg.value()
+        assert value is not None
+        return [value]
     finally:
         consumer.close()
 
