@@ -399,7 +399,7 @@ BROKER_KEYS: dict[str, ConfigKey] = _broker_keys()
 
 
 LISTENER_PREFIX = "listener.name."
-LISTENER_OVERRIDABLE = ("ssl.",)
+LISTENER_OVERRIDABLE = ("ssl.", "sasl.enabled.mechanisms")
 """Broker configs a listener may override as ``listener.name.<listener>.<config>``
 (Kafka's per-listener security configs; the SASL helper adds its own prefixes)."""
 

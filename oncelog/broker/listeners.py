@@ -261,9 +261,18 @@ def inter_broker_client_tls(config: BrokerConfig) -> ssl.SSLContext | None:
         raise ConfigError(f"inter-broker listener {name}: {exc}") from None
 
 
+def enabled_mechanisms(config: BrokerConfig, listener: str) -> tuple[str, ...]:
+    """The SASL mechanisms of ``listener``: ``listener.name.<listener>.sasl.enabled.mechanisms``
+    where set, else the broker-wide ``sasl.enabled.mechanisms`` (as Kafka)."""
+    value = config[f"{LISTENER_PREFIX}{listener.lower()}.sasl.enabled.mechanisms"]
+    if value is None:
+        value = config["sasl.enabled.mechanisms"]
+    return tuple(m.strip() for m in str(value).split(",") if m.strip())
+
+
 def check_sasl_mechanisms(config: BrokerConfig, listener: str) -> None:
     """A SASL listener needs enabled mechanisms that oncelog implements (ConfigError)."""
-    enabled = [m for m in str(config["sasl.enabled.mechanisms"]).split(",") if m]
+    enabled = enabled_mechanisms(config, listener)
     unknown = [m for m in enabled if m not in SUPPORTED_MECHANISMS]
     if not enabled or unknown:
         raise ConfigError(

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncelog.broker.api import SUPPORTED
-from oncelog.broker.listeners import inter_broker_protocol
+from oncelog.broker.listeners import enabled_mechanisms, inter_broker_protocol
 from oncelog.client.sasl import SaslCredentials
 from oncelog.config import BrokerConfig, ConfigError
 from oncelog.errors import ErrorCode, KafkaError
@@ -118,10 +118,6 @@ def inter_broker_client_sasl(config: BrokerConfig) -> SaslCredentials | None:
     return SaslCredentials(mechanism, options["username"], options["password"])
 
 
-def enabled_mechanisms(config: BrokerConfig) -> tuple[str, ...]:
-    return tuple(m for m in str(config["sasl.enabled.mechanisms"]).split(",") if m)
-
-
 def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -137,7 +133,7 @@ class SaslConnection:
         self._config = config
         self._credentials = credentials
         self._clock_ms = clock_ms
-        self.state = SaslSession(enabled_mechanisms(config),
+        self.state = SaslSession(enabled_mechanisms(config, listener),
                                  int(config["connections.max.reauth.ms"]))
         self.deadline_ms = clock_ms() + int(config["connections.max.idle.ms"])
         self.max_receive = int(config["sasl.server.max.receive.size"])

@@ -246,6 +246,19 @@ def test_unknown_mechanism_answers_the_enabled_list_then_closes(
         assert _closed_without_answer(sock)
 
 
+def test_listener_override_of_enabled_mechanisms(broker_factory: BrokerFactory) -> None:
+    """``listener.name.<listener>.sasl.enabled.mechanisms`` narrows one listener's list."""
+    broker = start_sasl_broker(
+        broker_factory, **{"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN"})
+    with _connect(broker) as sock:
+        sock.sendall(_handshake("SCRAM-SHA-256"))
+        body = _read_frame(sock)[4:]
+        assert struct.unpack_from(">h", body)[0] == UNSUPPORTED_SASL_MECHANISM
+        assert b"PLAIN" in body and b"SCRAM" not in body
+    client = Producer(sasl_conf(broker, "PLAIN", "alice", "alice-secret"))
+    assert client.list_topics(timeout=30).brokers
+
+
 def test_metadata_before_authentication_gets_only_the_close(
         sasl_broker: SaslBroker) -> None:
     metadata_v1 = _frame(3, 1, 7, struct.pack(">i", -1))
