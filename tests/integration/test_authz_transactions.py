@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -69,16 +69,8 @@ class Names:
                 RT.CLUSTER: CLUSTER_NAME}[rtype]
 
 
-def error_name(err: KafkaError | None) -> str:
-    """Kafka's name of a confluent-kafka error (librdkafka's own for its local errors)."""
-    if err is None:
-        return "NONE"
-    code = int(err.code())
-    return ErrorCode(code).name.upper() if code >= 0 else str(err.name())
-
-
-def outcome(call: Callable[[], Any]) -> str:
-    """The Kafka error name a client call ended with ("NONE": it succeeded).
+def raised(call: Callable[[], Any]) -> KafkaError | KafkaClientError | None:
+    """The error a client call ended with (None: it succeeded).
 
     confluent-kafka 2.16 raises a fatal error met while serving delivery callbacks (in
     ``flush``) as a SystemError caused by it (tests/integration/txn_clients.py): its cause
@@ -86,16 +78,31 @@ def outcome(call: Callable[[], Any]) -> str:
     try:
         call()
     except KafkaClientError as exc:
-        assert exc.code is not None, exc
-        return exc.code.name.upper()
+        return exc
     except (KafkaException, SystemError) as exc:
         seen: object = exc
         while seen is not None:
             if isinstance(seen, KafkaException):
-                return error_name(seen.args[0])
+                return cast(KafkaError, seen.args[0])
             seen = getattr(seen, "__cause__", None) or getattr(seen, "__context__", None)
         raise
-    return "NONE"
+    return None
+
+
+def error_name(err: KafkaError | KafkaClientError | None) -> str:
+    """Kafka's name of a client's error (librdkafka's own for its local errors)."""
+    if err is None:
+        return "NONE"
+    if isinstance(err, KafkaClientError):
+        assert err.code is not None, err
+        return err.code.name.upper()
+    code = int(err.code())
+    return ErrorCode(code).name.upper() if code >= 0 else str(err.name())
+
+
+def outcome(call: Callable[[], Any]) -> str:
+    """The Kafka error name a client call ended with ("NONE": it succeeded)."""
+    return error_name(raised(call))
 
 
 def delivered(producer: Producer, topic: str, value: bytes = b"v") -> str:
@@ -161,12 +168,35 @@ def init_two_phase(b: AuthzBroker, n: Names, check: Callable[[], None]) -> str:
         producer.close()
 
 
+# librdkafka's words for the transactional request that failed (the Produce after an
+# AddPartitionsToTxn and the TxnOffsetCommit after an AddOffsetsToTxn check the same ACLs:
+# a row must see the error of its own request).
+FAILED_REQUESTS = {"add partition": "AddPartitionsToTxn", "add offsets": "AddOffsetsToTxn",
+                   "commit offsets": "TxnOffsetCommit"}
+
+
+def with_request(err: KafkaError | KafkaClientError | None) -> str:
+    """``error_name(err)`` and, for librdkafka's transactional errors, the request."""
+    if err is None:
+        return "NONE"
+    text = str(err).lower()
+    requests = [name for words, name in FAILED_REQUESTS.items() if words in text]
+    return f"{error_name(err)} from {requests[0] if requests else 'another request'}"
+
+
 def add_partition(b: AuthzBroker, n: Names, check: Callable[[], None]) -> str:
+    """A record in a transaction, committed: the error of AddPartitionsToTxn."""
     producer = txn_producer(b, n)
     producer.init_transactions(T)
     producer.begin_transaction()
     check()
-    return committed(producer, n.topic)
+
+    def produce_and_commit() -> None:
+        producer.produce(n.topic, b"v", partition=0)
+        assert producer.flush(T) == 0
+        producer.commit_transaction(T)
+
+    return with_request(raised(produce_and_commit))
 
 
 def offsets_to_transaction(b: AuthzBroker, n: Names, check: Callable[[], None]) -> str:
@@ -176,8 +206,8 @@ def offsets_to_transaction(b: AuthzBroker, n: Names, check: Callable[[], None]) 
         producer.init_transactions(T)
         producer.begin_transaction()
         check()
-        return outcome(lambda: producer.send_offsets_to_transaction(
-            [CKTopicPartition(n.topic, 0, 1)], consumer.consumer_group_metadata(), T))
+        return with_request(raised(lambda: producer.send_offsets_to_transaction(
+            [CKTopicPartition(n.topic, 0, 1)], consumer.consumer_group_metadata(), T)))
     finally:
         consumer.close()
 
@@ -335,17 +365,20 @@ ROWS = [
         (RT.TRANSACTIONAL_ID, OP.TWO_PHASE_COMMIT), TXN_DENIED,
         others=((RT.TRANSACTIONAL_ID, W),)),
     Row("AddPartitionsToTxn/Write-TransactionalId", add_partition,
-        (RT.TRANSACTIONAL_ID, W), TXN_DENIED, others=((RT.TOPIC, W),), setup_needs_it=True),
+        (RT.TRANSACTIONAL_ID, W), f"{TXN_DENIED} from AddPartitionsToTxn",
+        others=((RT.TOPIC, W),), setup_needs_it=True),
     Row("AddPartitionsToTxn/Write-Topic", add_partition,
-        (RT.TOPIC, W), TOPIC_DENIED, others=((RT.TRANSACTIONAL_ID, W),)),
+        (RT.TOPIC, W), f"{TOPIC_DENIED} from AddPartitionsToTxn",
+        others=((RT.TRANSACTIONAL_ID, W),)),
     Row("AddOffsetsToTxn/Write-TransactionalId", offsets_to_transaction,
-        (RT.TRANSACTIONAL_ID, W), TXN_DENIED, others=((RT.GROUP, R), (RT.TOPIC, R)),
-        setup_needs_it=True),
+        (RT.TRANSACTIONAL_ID, W), f"{TXN_DENIED} from AddOffsetsToTxn",
+        others=((RT.GROUP, R), (RT.TOPIC, R)), setup_needs_it=True),
     Row("AddOffsetsToTxn/Read-Group", offsets_to_transaction,
-        (RT.GROUP, R), "GROUP_AUTHORIZATION_FAILED",
+        (RT.GROUP, R), "GROUP_AUTHORIZATION_FAILED from AddOffsetsToTxn",
         others=((RT.TRANSACTIONAL_ID, W), (RT.TOPIC, R))),
     Row("TxnOffsetCommit/Read-Topic", offsets_to_transaction,
-        (RT.TOPIC, R), TOPIC_DENIED, others=((RT.TRANSACTIONAL_ID, W), (RT.GROUP, R))),
+        (RT.TOPIC, R), f"{TOPIC_DENIED} from TxnOffsetCommit",
+        others=((RT.TRANSACTIONAL_ID, W), (RT.GROUP, R))),
     # Raw: the answer with the ACL is the next check's (Kafka's order: id, group, topic).
     Row("TxnOffsetCommit/Write-TransactionalId", raw_txn_offset_commit,
         (RT.TRANSACTIONAL_ID, W), TXN_DENIED, allowed="GROUP_AUTHORIZATION_FAILED"),
