@@ -101,8 +101,8 @@ def grant_everywhere(cluster: ClusterProcess, tls: TlsMaterial,
                             "bootstrap.servers": f"127.0.0.1:"
                                                  f"{cluster.listener_port(node_id, 'CLIENT')}"})
 
-    first, *_ = sorted(cluster.brokers)
-    for future in admin(first).create_acls(bindings).values():
+    creator = admin(min(cluster.brokers))  # kept: its futures die with it
+    for future in creator.create_acls(bindings).values():
         future.result(timeout=30)
     anything = cast(str, None)  # how a filter says "any" (the stubs want a str)
     everything = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY,
