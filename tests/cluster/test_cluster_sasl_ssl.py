@@ -3,9 +3,10 @@ principal ``User:broker`` in ``super.users``) under the StandardAuthorizer: clie
 another SASL_SSL listener with the ACLs an ``admin`` granted them, replication is rf=3 with
 acks=all, confluent-kafka commits transactions, and the cluster survives a kill -9 of a
 partition leader. The coordinator's WriteTxnMarkers and the partition leaders'
-AddPartitionsToTxn v4 need ClusterAction, which the brokers have as super users: without it
-(checked by leaving ``User:broker`` out of ``super.users``) no marker is written and the
-read_committed consumer never sees the transactions.
+AddPartitionsToTxn v4 (transaction verification) need ClusterAction, which the brokers have
+as super users: without it (checked by leaving ``User:broker`` out of ``super.users``) the
+verification is refused and the transactional produce fails; with it the read_committed
+consumer reads every committed record, so the markers were written.
 
 The SCRAM credentials live in the metadata store; the brokers' own is needed before they
 start, so the harness seeds them (as Kafka's ``kafka-storage format --add-scram``). Every
