@@ -68,13 +68,10 @@ def _may_write(ctx: RequestContext, transactional_id: str) -> bool:
     return allowed(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
-def _from_a_broker(ctx: RequestContext, what: str) -> bool:
-    """ClusterAction on the Cluster (what a broker's principal has); logs a refusal."""
-    if cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):
-        return True
-    log.warning("%s from client %s (%s, %s) refused: it needs ClusterAction on the cluster",
-                what, ctx.client_id, ctx.client_host, ctx.session.principal)
-    return False
+def _from_a_broker(ctx: RequestContext) -> bool:
+    """ClusterAction on the Cluster: what a broker's principal has (the audit line of a
+    refusal names the principal, the API and the client id)."""
+    return cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
 
 
 def _topic_results(mod: Any, answers: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
@@ -107,8 +104,6 @@ async def _add_partitions(
                     and allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)}
         refused = {tp: ErrorCode.topic_authorization_failed
                    for tp in wanted if tp[0] not in writable}
-    if (error := txn_coordinator_error(ctx, transactional_id)) is not ErrorCode.none:
-        return dict.fromkeys(wanted, error)
     # Kafka checks the metadata cache, not this broker's replicas: in a cluster the
     # coordinator rarely holds the transaction's partitions itself.
     view = ctx.services.cluster
@@ -117,6 +112,8 @@ async def _add_partitions(
     if refused:
         # One bad partition fails the whole request; the others were not attempted.
         return {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+    if (error := txn_coordinator_error(ctx, transactional_id)) is not ErrorCode.none:
+        return dict.fromkeys(wanted, error)
     answers = await _coordinator(ctx).handle_add_partitions(
         transactional_id, int(producer_id), int(producer_epoch), wanted, verify_only=verify_only
     )
@@ -168,7 +165,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
             throttle_time=0,
             results_by_topic_v3_and_below=_topic_results(mod, answers),
         )
-    if not _from_a_broker(ctx, f"AddPartitionsToTxn v{ctx.api_version}"):
+    if not _from_a_broker(ctx):
         return make(mod.AddPartitionsToTxnResponse, throttle_time=0,
                     error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
     results = []
@@ -310,7 +307,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     """
     mod = response_module(versions.WRITE_TXN_MARKERS, ctx.api_version)
     if not allowed(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME, audit=False) \
-            and not _from_a_broker(ctx, "WriteTxnMarkers"):
+            and not _from_a_broker(ctx):
         return error_response(versions.WRITE_TXN_MARKERS, ctx.api_version, request,
                               ErrorCode.cluster_authorization_failed)
     sender = sender_broker(ctx.client_id)
