@@ -40,3 +40,13 @@ def allowed(ctx: RequestContext, operation: AclOperation, resource_type: Resourc
 def cluster_allowed(ctx: RequestContext, operation: AclOperation) -> bool:
     """``allowed`` on the Cluster resource (``kafka-cluster``)."""
     return allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def allowed_on_any(ctx: RequestContext, operation: AclOperation,
+                   resource_type: ResourceType) -> bool:
+    """Whether the principal may do ``operation`` on at least one resource of the type
+    (Kafka's ``authorizeByResourceType``: an idempotent producer's "Write on any topic").
+    It writes no audit line, as Kafka's default implementation of it does not."""
+    authorizer = ctx.services.authorizer
+    return authorizer is None or authorizer.authorize_any(ctx.session, operation,
+                                                          resource_type)

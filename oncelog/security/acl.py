@@ -317,6 +317,43 @@ class AclAuthorizer:
             return True
         return not found_acl and self.allow_everyone_if_no_acl_found
 
+    def authorize_any(self, session: Session, operation: AclOperation,
+                      resource_type: int) -> bool:
+        """May the session do ``operation`` on at least one resource of the type? Kafka's
+        ``Authorizer.authorizeByResourceType`` (the default StandardAuthorizer keeps): a
+        super user (asked as a LITERAL ``hardcode`` resource) or a wildcard ALLOW is
+        enough, a wildcard DENY is final; otherwise some ALLOW pattern (of exactly this
+        operation or ALL: no implied DESCRIBE) must not be covered by a DENY of the same
+        literal name or of a prefix of it."""
+        if self.authorize(session, operation, resource_type, "hardcode"):
+            return True
+        principals = (str(session.principal), WILDCARD_PRINCIPAL)
+        allows: list[ResourcePattern] = []
+        denied_literals: set[str] = set()
+        denied_prefixes: set[str] = set()
+        for binding in self._bindings_of(_enum(ResourceType, resource_type)):
+            entry, pattern = binding.entry, binding.pattern
+            if (entry.principal not in principals
+                    or entry.host not in (WILDCARD, session.client_host)
+                    or entry.operation not in (operation, AclOperation.ALL)):
+                continue
+            if entry.permission == AclPermissionType.DENY:
+                if pattern.pattern_type == PatternType.LITERAL and pattern.name == WILDCARD:
+                    return False
+                (denied_literals if pattern.pattern_type == PatternType.LITERAL
+                 else denied_prefixes).add(pattern.name)
+            elif entry.permission == AclPermissionType.ALLOW:
+                allows.append(pattern)
+        if any(p.pattern_type == PatternType.LITERAL and p.name == WILDCARD for p in allows):
+            return True
+        for pattern in allows:
+            if pattern.pattern_type == PatternType.LITERAL and pattern.name in denied_literals:
+                continue
+            if not any(pattern.name[:end] in denied_prefixes
+                       for end in range(1, len(pattern.name) + 1)):
+                return True
+        return False
+
     def authorized_operations(self, session: Session, resource_type: int, name: str,
                               supported: Iterable[AclOperation]) -> frozenset[AclOperation]:
         """The operations of ``supported`` this session may do on the resource (the

@@ -17,3 +17,9 @@ class Authorizer(Protocol):
         """``resource_type`` is Kafka's ResourceType code (TOPIC 2, GROUP 3, CLUSTER 4,
         TRANSACTIONAL_ID 5); the cluster's name is ``kafka-cluster``."""
         ...
+
+    def authorize_any(self, session: Session, operation: AclOperation,
+                      resource_type: int) -> bool:
+        """Whether ``operation`` is allowed on at least one resource of the type (Kafka's
+        ``authorizeByResourceType``)."""
+        ...

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.authorized import group_operations
+from oncelog.broker.api.transactions import authorized_txn_offset_commit
 from oncelog.broker.cluster_view import (
     GROUP_KEY,
     NO_LEADER,
@@ -325,6 +326,11 @@ def _fetch(
 
 @handles(versions.TXN_OFFSET_COMMIT, 0, 5)
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    """Authorization first (the transactional id, the group, each topic), then the commit."""
+    return await authorized_txn_offset_commit(ctx, request, _commit_txn_offsets)
+
+
+async def _commit_txn_offsets(ctx: RequestContext, request: Any) -> Any:
     """Offsets committed inside a transaction. Kafka checks first, with the transaction
     coordinator, that the group's offsets partition is in the producer's transaction (v5,
     transactions v2, adds it instead), then lets the group coordinator check the group

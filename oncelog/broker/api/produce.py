@@ -6,6 +6,16 @@ whole batches; offsets are assigned by rewriting headers in place.
 A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER; from v10 (KIP-951)
 with the current leader and epoch and, in ``node_endpoints``, where that leader is, as
 Kafka's ``KafkaApis.handleProduceRequest`` does, so the client needs no Metadata round trip.
+
+Authorization, in Kafka's order: a request holding transactional batches needs a
+transactional id and Write on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole
+request, as Kafka answers even without an authorizer when the id is missing); then each
+topic needs Write (TOPIC_AUTHORIZATION_FAILED, before "does it exist"). An idempotent
+producer needs nothing more here: IdempotentWrite on the Cluster is asked at InitProducerId
+only (Kafka 3.0+). Internal topics stay refused with INVALID_TOPIC_EXCEPTION for everyone
+who may write them, and control batches with INVALID_RECORD: only the coordinators append
+there, through their own paths (Kafka lets the client id ``__admin_client`` write internal
+topics; oncelog lets no client).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.authz import allowed
 from oncelog.broker.cluster_view import (
     TRANSACTION_KEY,
     BrokerEndpoint,
@@ -25,9 +36,16 @@ from oncelog.cluster.metadata import NO_LEADER
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
-from oncelog.records.batch import BatchHeader
+from oncelog.protocol.error_response import error_response
+from oncelog.records.batch import (
+    ATTR_TRANSACTIONAL,
+    ATTRIBUTES_OFFSET,
+    MAGIC_OFFSET,
+    BatchHeader,
+)
 from oncelog.records.codec import decode_batch
 from oncelog.records.validate import validate_batches
+from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.cluster.replica_manager import ReplicaManager
@@ -42,6 +60,19 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     view = ctx.services.cluster
     mod = response_module(versions.PRODUCE, ctx.api_version)
     acks = int(request.acks)
+    if _has_transactional_records(request) and not (
+        request.transactional_id
+        and allowed(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                    request.transactional_id)
+    ):
+        if not request.transactional_id:  # (a denied id has its audit line)
+            log.info("produce from client %s refused: transactional batches without a "
+                     "transactional id", ctx.client_id)
+        return None if acks == 0 else error_response(
+            versions.PRODUCE, ctx.api_version, request,
+            ErrorCode.transactional_id_authorization_failed)
+    writable = {t.name for t in request.topic_data
+                if allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC, t.name)}
     replication = ctx.services.replication
     timeout_ms = to_ms(request.timeout)
     # acks=all appends waiting for the ISR (cluster mode): (response fields, partition, end).
@@ -60,6 +91,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             record_errors: list[tuple[int, str]] = []
             wait_until: int | None = None
             try:
+                if name not in writable:
+                    raise KafkaError(ErrorCode.topic_authorization_failed)  # audited
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
                 info = registry.topics.get(name)
@@ -110,7 +143,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 code = exc.code
                 message = exc.message or None
                 if code not in (ErrorCode.unknown_topic_or_partition,
-                                ErrorCode.not_leader_or_follower):
+                                ErrorCode.not_leader_or_follower,
+                                ErrorCode.topic_authorization_failed):
                     log.info(
                         "produce to %s-%d from client %s rejected: %s",
                         name, pdata.index, ctx.client_id, exc,
@@ -155,6 +189,20 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             for b in leader_endpoints.values()
         ),
     )
+
+
+def _has_transactional_records(request: Any) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: is the first batch of some
+    partition transactional (control batches are too)?"""
+    for topic_data in request.topic_data:
+        for pdata in topic_data.partition_data:
+            data = pdata.records
+            if len(data or b"") > ATTRIBUTES_OFFSET + 1 and data[MAGIC_OFFSET] >= 2 and (
+                int.from_bytes(data[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2], "big")
+                & ATTR_TRANSACTIONAL
+            ):
+                return True
+    return False
 
 
 async def _wait_for_acks(

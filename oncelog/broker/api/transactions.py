@@ -9,23 +9,41 @@ Clients that predate PRODUCER_FENCED (AddPartitionsToTxn/AddOffsetsToTxn/EndTxn 
 get INVALID_PRODUCER_EPOCH instead, as Kafka answers them. Version ranges: librdkafka,
 kafka-python (<= v3 of the client APIs) and aiokafka (v0) all fit; v4+ of
 AddPartitionsToTxn is the batched form a partition leader uses (KIP-890).
+
+Authorization, as Kafka's KafkaApis asks it, before anything else (the coordinator too):
+AddPartitionsToTxn v0-v3, AddOffsetsToTxn and EndTxn need Write on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); AddPartitionsToTxn v0-v3 then Write on each topic
+(TOPIC_AUTHORIZATION_FAILED there, OPERATION_NOT_ATTEMPTED on the others; an internal
+topic is never writable this way, with or without an authorizer, as in Kafka);
+AddOffsetsToTxn then Read on the group (GROUP_AUTHORIZATION_FAILED). What only brokers send
+(AddPartitionsToTxn v4+, WriteTxnMarkers) needs ClusterAction on the Cluster (WriteTxnMarkers
+also takes Alter), else CLUSTER_AUTHORIZATION_FAILED on the whole request: a broker's
+principal has it by being in ``super.users``, and a client id proves nothing once an
+authorizer is configured. ListTransactions shows only the transactional ids the principal
+may Describe; DescribeTransactions answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the
+others, and leaves out the partitions of topics it may not Describe.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.compat import fenced_for_version
+from oncelog.broker.authz import allowed, cluster_allowed
 from oncelog.broker.cluster_view import TRANSACTION_KEY, check_leader, coordinator_error
 from oncelog.broker.markers import LocalMarkerWriter, sender_broker
+from oncelog.coordinator.transaction.results import DescribedTransaction
 from oncelog.errors import ErrorCode, KafkaError
-from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from oncelog.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
+from oncelog.protocol.error_response import error_response
+from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.coordinator.transaction import TopicPartition, TransactionCoordinator
@@ -44,6 +62,16 @@ def txn_coordinator_error(ctx: RequestContext, transactional_id: str) -> ErrorCo
     """NOT_COORDINATOR when this broker does not lead the transactional id's
     ``__transaction_state`` partition (the cluster view decides)."""
     return coordinator_error(ctx.services.cluster, TRANSACTION_KEY, transactional_id)
+
+
+def _may_write(ctx: RequestContext, transactional_id: str) -> bool:
+    return allowed(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _from_a_broker(ctx: RequestContext) -> bool:
+    """ClusterAction on the Cluster: what a broker's principal has (the audit line of a
+    refusal names the principal, the API and the client id)."""
+    return cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
 
 
 def _topic_results(mod: Any, answers: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
@@ -68,23 +96,56 @@ async def _add_partitions(
     verify_only: bool,
 ) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
-    if (error := txn_coordinator_error(ctx, transactional_id)) is not ErrorCode.none:
-        return dict.fromkeys(wanted, error)
+    refused: dict[TopicPartition, ErrorCode] = {}
+    if ctx.api_version < 4:  # a client's request
+        if not _may_write(ctx, transactional_id):
+            return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+        writable = {topic for topic in {tp[0] for tp in wanted} if topic not in INTERNAL_TOPICS
+                    and allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)}
+        refused = {tp: ErrorCode.topic_authorization_failed
+                   for tp in wanted if tp[0] not in writable}
     # Kafka checks the metadata cache, not this broker's replicas: in a cluster the
     # coordinator rarely holds the transaction's partitions itself.
     view = ctx.services.cluster
-    missing = {tp for tp in wanted if view.partition(tp[0], tp[1]) is None}
-    if missing:
+    refused.update({tp: ErrorCode.unknown_topic_or_partition for tp in wanted
+                    if tp not in refused and view.partition(tp[0], tp[1]) is None})
+    if refused:
         # One bad partition fails the whole request; the others were not attempted.
-        return {
-            tp: ErrorCode.unknown_topic_or_partition if tp in missing
-            else ErrorCode.operation_not_attempted
-            for tp in wanted
-        }
+        return {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+    if (error := txn_coordinator_error(ctx, transactional_id)) is not ErrorCode.none:
+        return dict.fromkeys(wanted, error)
     answers = await _coordinator(ctx).handle_add_partitions(
         transactional_id, int(producer_id), int(producer_epoch), wanted, verify_only=verify_only
     )
     return {tp: fenced_for_version(code, ctx.api_version, 2) for tp, code in answers.items()}
+
+
+async def authorized_txn_offset_commit(
+    ctx: RequestContext, request: Any, commit: Callable[[RequestContext, Any], Awaitable[Any]]
+) -> Any:
+    """TxnOffsetCommit's authorization, as Kafka's KafkaApis asks it before anything else:
+    Write on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), Read on the
+    group (GROUP_AUTHORIZATION_FAILED), both answered on every partition; then Read on each
+    topic: the partitions of the others are answered TOPIC_AUTHORIZATION_FAILED, and
+    ``commit`` (the group coordinator's handling) gets the rest, if any is left."""
+    if not _may_write(ctx, request.transactional_id):
+        refused = ErrorCode.transactional_id_authorization_failed
+    elif not allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        refused = ErrorCode.group_authorization_failed
+    else:
+        names = {t.name for t in request.topics}
+        readable = {n for n in names if allowed(ctx, AclOperation.READ, ResourceType.TOPIC, n)}
+        if readable == names:
+            return await commit(ctx, request)
+        denied = error_response(versions.TXN_OFFSET_COMMIT, ctx.api_version, dataclasses.replace(
+            request, topics=tuple(t for t in request.topics if t.name not in readable)),
+            ErrorCode.topic_authorization_failed)
+        rest = tuple(t for t in request.topics if t.name in readable)
+        if not rest:
+            return denied
+        answer = await commit(ctx, dataclasses.replace(request, topics=rest))
+        return dataclasses.replace(answer, topics=denied.topics + answer.topics)
+    return error_response(versions.TXN_OFFSET_COMMIT, ctx.api_version, request, refused)
 
 
 @handles(versions.ADD_PARTITIONS_TO_TXN, 0, 5)
@@ -104,6 +165,9 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
             throttle_time=0,
             results_by_topic_v3_and_below=_topic_results(mod, answers),
         )
+    if not _from_a_broker(ctx):
+        return make(mod.AddPartitionsToTxnResponse, throttle_time=0,
+                    error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
     results = []
     for txn in request.transactions:
         answers = await _add_partitions(
@@ -128,7 +192,12 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
 @handles(versions.ADD_OFFSETS_TO_TXN, 0, 4)
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.ADD_OFFSETS_TO_TXN, ctx.api_version)
-    code = txn_coordinator_error(ctx, request.transactional_id)
+    if not _may_write(ctx, request.transactional_id):
+        code = ErrorCode.transactional_id_authorization_failed
+    elif not allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        code = ErrorCode.group_authorization_failed
+    else:
+        code = txn_coordinator_error(ctx, request.transactional_id)
     if code is ErrorCode.none:
         code = await _coordinator(ctx).handle_add_offsets(
             request.transactional_id,
@@ -148,7 +217,11 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.END_TXN, ctx.api_version)
     # EndTxn v5 is how a client says it uses transactions v2 (an epoch bump per transaction).
     client_version = 2 if ctx.api_version >= 5 else 0
-    if (error := txn_coordinator_error(ctx, request.transactional_id)) is not ErrorCode.none:
+    if not _may_write(ctx, request.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed
+    else:
+        error = txn_coordinator_error(ctx, request.transactional_id)
+    if error is not ErrorCode.none:
         return make(mod.EndTxnResponse, throttle_time=0, error_code=error, producer_id=-1,
                     producer_epoch=-1)
     result = await _coordinator(ctx).handle_end_txn(
@@ -233,6 +306,10 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     in a cluster, a coordinator on another broker sends them here (``_write_broker_markers``).
     """
     mod = response_module(versions.WRITE_TXN_MARKERS, ctx.api_version)
+    if not allowed(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME, audit=False) \
+            and not _from_a_broker(ctx):
+        return error_response(versions.WRITE_TXN_MARKERS, ctx.api_version, request,
+                              ErrorCode.cluster_authorization_failed)
     sender = sender_broker(ctx.client_id)
     if sender is not None and ctx.services.cluster.broker(sender) is not None:
         return await _write_broker_markers(ctx, mod, request, sender)
@@ -327,6 +404,8 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
                 transaction_state=t.state.wire_name,
             )
             for t in result.transactions
+            if allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                       t.transactional_id)
         ),
     )
 
@@ -335,10 +414,22 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
 async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DESCRIBE_TRANSACTIONS, ctx.api_version)
     states = []
-    for d in _coordinator(ctx).describe_transactions(request.transactional_ids):
+    ids = list(request.transactional_ids)
+    describable = [tid for tid in ids
+                   if allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)]
+    described = {d.transactional_id: d
+                 for d in _coordinator(ctx).describe_transactions(describable)}
+    visible: dict[str, bool] = {}
+    for tid in ids:
+        d = described.get(tid) or DescribedTransaction(
+            tid, ErrorCode.transactional_id_authorization_failed)
         topics: dict[str, list[int]] = {}
         for topic, index in d.partitions:
-            topics.setdefault(topic, []).append(index)
+            # Only the partitions of topics the principal may Describe, as Kafka.
+            if topic not in visible:
+                visible[topic] = allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+            if visible[topic]:
+                topics.setdefault(topic, []).append(index)
         states.append(
             make(
                 mod.TransactionState,

@@ -77,6 +77,7 @@ class TxnBroker:
         default_factory=lambda: coordinating(NODE.node_id, NODE.host, NODE.port)
     )
     txn_verifier: Any = None  # the RemoteTxnVerifier of a cluster broker
+    authorizer: Any = None  # no authorizer.class.name
 
 
 def new_broker(tmp_path: Path) -> TxnBroker:

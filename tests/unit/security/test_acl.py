@@ -121,6 +121,52 @@ def test_super_users_are_allowed_everything_even_when_denied() -> None:
     assert not authorizer.authorize(session("alice"), Op.WRITE, RT.TOPIC, "t")
 
 
+# Kafka's authorizeByResourceType (an idempotent producer's "Write on any topic"):
+# (case, acls, operation, expected)
+ANY_CASES: list[tuple[str, list[AclBinding], AclOperation, bool]] = [
+    ("no acl", [], Op.WRITE, False),
+    ("a literal allow", [acl("t", Op.WRITE)], Op.WRITE, True),
+    ("a prefixed allow", [acl("orders.", Op.WRITE, pattern=PRE)], Op.WRITE, True),
+    ("ALL allows the operation", [acl("t", Op.ALL)], Op.WRITE, True),
+    ("no implication: READ does not give DESCRIBE here", [acl("t", Op.READ)], Op.DESCRIBE,
+     False),
+    ("another operation", [acl("t", Op.READ)], Op.WRITE, False),
+    ("another principal", [acl("t", Op.WRITE, principal="User:bob")], Op.WRITE, False),
+    ("everyone's allow", [acl("t", Op.WRITE, principal="User:*")], Op.WRITE, True),
+    ("another host", [acl("t", Op.WRITE, host="10.9.9.9")], Op.WRITE, False),
+    ("the same literal denied", [acl("t", Op.WRITE), acl("t", Op.WRITE, DENY)], Op.WRITE,
+     False),
+    ("denied by a prefix of it", [acl("orders.eu", Op.WRITE), acl("ord", Op.WRITE, DENY,
+     pattern=PRE)], Op.WRITE, False),
+    ("a prefixed allow under a prefixed deny", [acl("orders.eu", Op.WRITE, pattern=PRE),
+     acl("orders.", Op.WRITE, DENY, pattern=PRE)], Op.WRITE, False),
+    ("one allow left undenied is enough", [acl("a", Op.WRITE), acl("b", Op.WRITE),
+     acl("a", Op.WRITE, DENY)], Op.WRITE, True),
+    ("a literal deny does not cover a prefixed allow", [acl("t", Op.WRITE, pattern=PRE),
+     acl("t", Op.WRITE, DENY)], Op.WRITE, True),
+    ("a wildcard allow", [acl("*", Op.WRITE)], Op.WRITE, True),
+    ("a wildcard deny is final", [acl("t", Op.WRITE), acl("*", Op.WRITE, DENY)], Op.WRITE,
+     False),
+    ("other resource types do not count", [acl("t", Op.WRITE, rtype=RT.GROUP)], Op.WRITE,
+     False),
+]
+
+
+@pytest.mark.parametrize(("acls", "op", "expected"), [c[1:] for c in ANY_CASES],
+                         ids=[c[0] for c in ANY_CASES])
+def test_authorize_any(acls: list[AclBinding], op: AclOperation, expected: bool) -> None:
+    authorizer = AclAuthorizer(lambda: frozenset(acls))
+    assert authorizer.authorize_any(session(), op, RT.TOPIC) is expected
+
+
+def test_authorize_any_for_super_users_and_everyone_if_no_acl() -> None:
+    denied = frozenset({acl("*", Op.WRITE, DENY, principal="User:*")})
+    assert AclAuthorizer(lambda: denied, super_users={"User:admin"}).authorize_any(
+        session("admin"), Op.WRITE, RT.TOPIC)
+    assert AclAuthorizer(lambda: frozenset(), allow_everyone_if_no_acl_found=True
+                         ).authorize_any(session(), Op.WRITE, RT.TOPIC)
+
+
 @pytest.mark.parametrize("everyone", [True, False])
 def test_allow_everyone_if_no_acl_found(everyone: bool) -> None:
     acls = frozenset({acl("guarded", Op.READ, principal="User:bob")})

@@ -49,7 +49,7 @@ def view_of(known: set[tuple[str, int]]) -> FakeClusterView:
 
 def ctx_for(env: Env, api_key: int, version: int) -> RequestContext:
     broker = SimpleNamespace(transactions=env.coord, partitions=FakeRegistry({A0, A1}),
-                             cluster=view_of({A0, A1}))
+                             cluster=view_of({A0, A1}), authorizer=None)
     return RequestContext(api_key, version, 1, "test", "127.0.0.1", broker)  # type: ignore[arg-type]
 
 
@@ -255,7 +255,7 @@ def test_client_abort_marker_cannot_raise_the_coordinator_epoch(tmp_path: Path) 
     partition = Partition("a", 0, log)
     broker = SimpleNamespace(transactions=env.coord,
                              partitions=SimpleNamespace(find=lambda t, i: partition),
-                             cluster=coordinating(1, "localhost", 9092))
+                             cluster=coordinating(1, "localhost", 9092), authorizer=None)
     ctx = RequestContext(versions.WRITE_TXN_MARKERS, 1, 1, "test", "127.0.0.1",
                          broker)  # type: ignore[arg-type]
     mod = request_module(versions.WRITE_TXN_MARKERS, 1)
