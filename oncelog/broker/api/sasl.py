@@ -12,6 +12,10 @@ ScramControlManager: a user named twice in one request -> DUPLICATE_RESOURCE (no
 changes applied), an empty name -> UNACCEPTABLE_CREDENTIAL, an unknown mechanism ->
 UNSUPPORTED_SASL_MECHANISM, iterations outside 4096..16384 -> UNACCEPTABLE_CREDENTIAL,
 deleting a credential that does not exist -> RESOURCE_NOT_FOUND.
+
+Describing needs Describe on the Cluster, altering Alter on it (Kafka's KafkaApis /
+ControllerApis): refused, every user named gets CLUSTER_AUTHORIZATION_FAILED (Describe:
+at the top level too) and nothing changes.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from collections import Counter
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.authz import cluster_allowed
 from oncelog.errors import ErrorCode
 from oncelog.protocol.build import make, response_module
+from oncelog.security.acl import AclOperation
 from oncelog.security.credentials import MECHANISMS, MECHANISMS_BY_TYPE, ScramCredential
 from oncelog.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
@@ -31,6 +37,8 @@ log = logging.getLogger(__name__)
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 DUPLICATE = "A user credential cannot be altered twice in the same request"
+REFUSED = ErrorCode.cluster_authorization_failed
+REFUSED_MESSAGE = "Cluster authorization failed."
 
 
 @handles(SASL_HANDSHAKE, 0, 1)
@@ -60,6 +68,13 @@ async def _known_credentials(ctx: RequestContext) -> dict[str, dict[str, int]]:
 @handles(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return make(mod.DescribeUserScramCredentialsResponse, throttle_time=0,
+                    error_code=REFUSED, error_message=REFUSED_MESSAGE, results=tuple(
+                        make(mod.DescribeUserScramCredentialsResult, user=u.name,
+                             error_code=REFUSED, error_message=REFUSED_MESSAGE,
+                             credential_infos=())
+                        for u in request.users or ()))
     known = await _known_credentials(ctx)
     wanted = sorted(known) if not request.users else [u.name for u in request.users]
     counts = Counter(wanted)
@@ -105,6 +120,11 @@ def _validate(store_known: dict[str, dict[str, int]], name: str, mechanism: int,
 @handles(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ALTER_USER_SCRAM_CREDENTIALS, 0)
+    if not cluster_allowed(ctx, AclOperation.ALTER):
+        users = sorted({e.name for e in (*request.deletions, *request.upsertions)})
+        return make(mod.AlterUserScramCredentialsResponse, throttle_time=0, results=tuple(
+            make(mod.AlterUserScramCredentialsResult, user=user, error_code=REFUSED,
+                 error_message=REFUSED_MESSAGE) for user in users))
     known = await _known_credentials(ctx)
     errors: dict[str, tuple[ErrorCode, str]] = {}
     deletions: dict[str, tuple[str, str]] = {}

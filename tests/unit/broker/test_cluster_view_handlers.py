@@ -21,6 +21,7 @@ from oncelog.broker.api import (
     admin,
     cluster,
     fetch,
+    find_coordinator,
     group,
     list_offsets,
     metadata,
@@ -285,12 +286,13 @@ def test_find_coordinator_names_the_leader_of_the_coordinator_partition(
     view.coordinator_leader = OTHER
     mod = request_module(versions.FIND_COORDINATOR, 6)
     request = make(mod.FindCoordinatorRequest, key_type=1, coordinator_keys=("a", "b"))
-    response = call(svc, versions.FIND_COORDINATOR, 6, group.handle_find_coordinator, request)
+    response = call(svc, versions.FIND_COORDINATOR, 6, find_coordinator.handle_find_coordinator,
+                    request)
     assert {(c.node_id, c.host, c.port, c.error_code) for c in response.coordinators} == {
         (OTHER, "broker2.example", 9092, ErrorCode.none)}
     view.coordinator_leader = NO_LEADER  # the coordinator partition has no live leader
     mod = request_module(versions.FIND_COORDINATOR, 3)
-    response = call(svc, versions.FIND_COORDINATOR, 3, group.handle_find_coordinator,
+    response = call(svc, versions.FIND_COORDINATOR, 3, find_coordinator.handle_find_coordinator,
                     make(mod.FindCoordinatorRequest, key="g", key_type=0))
     assert (response.node_id, response.error_code) == (-1, ErrorCode.coordinator_not_available)
 
