@@ -14,8 +14,9 @@ UNSUPPORTED_SASL_MECHANISM, iterations outside 4096..16384 -> UNACCEPTABLE_CREDE
 deleting a credential that does not exist -> RESOURCE_NOT_FOUND.
 
 Describing needs Describe on the Cluster, altering Alter on it (Kafka's KafkaApis /
-ControllerApis): refused, every user named gets CLUSTER_AUTHORIZATION_FAILED (Describe:
-at the top level too) and nothing changes.
+ControllerApis): refused, every user named gets CLUSTER_AUTHORIZATION_FAILED without a
+message (Describe: at the top level too, its results without user names, as Kafka's
+``getErrorResponse``) and nothing changes.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ log = logging.getLogger(__name__)
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 DUPLICATE = "A user credential cannot be altered twice in the same request"
+# Kafka sends no message with this error (ApiError drops a generic one). (librdkafka 2.16
+# aborts on any top-level DescribeUserScramCredentials error, Kafka's answer included.)
 REFUSED = ErrorCode.cluster_authorization_failed
-REFUSED_MESSAGE = "Cluster authorization failed."
 
 
 @handles(SASL_HANDSHAKE, 0, 1)
@@ -70,11 +72,10 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
     mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
     if not cluster_allowed(ctx, AclOperation.DESCRIBE):
         return make(mod.DescribeUserScramCredentialsResponse, throttle_time=0,
-                    error_code=REFUSED, error_message=REFUSED_MESSAGE, results=tuple(
-                        make(mod.DescribeUserScramCredentialsResult, user=u.name,
-                             error_code=REFUSED, error_message=REFUSED_MESSAGE,
-                             credential_infos=())
-                        for u in request.users or ()))
+                    error_code=REFUSED, error_message=None, results=tuple(
+                        make(mod.DescribeUserScramCredentialsResult, user="",
+                             error_code=REFUSED, error_message=None, credential_infos=())
+                        for _ in request.users or ()))
     known = await _known_credentials(ctx)
     wanted = sorted(known) if not request.users else [u.name for u in request.users]
     counts = Counter(wanted)
@@ -124,7 +125,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
         users = sorted({e.name for e in (*request.deletions, *request.upsertions)})
         return make(mod.AlterUserScramCredentialsResponse, throttle_time=0, results=tuple(
             make(mod.AlterUserScramCredentialsResult, user=user, error_code=REFUSED,
-                 error_message=REFUSED_MESSAGE) for user in users))
+                 error_message=None) for user in users))
     known = await _known_credentials(ctx)
     errors: dict[str, tuple[ErrorCode, str]] = {}
     deletions: dict[str, tuple[str, str]] = {}
