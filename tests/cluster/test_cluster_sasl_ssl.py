@@ -1,5 +1,6 @@
 """A 3-broker cluster whose inter-broker listener is SASL_SSL (SCRAM-SHA-512, the brokers'
-principal ``User:broker`` in ``super.users``): clients use another SASL_SSL listener,
+principal ``User:broker`` in ``super.users`` of the StandardAuthorizer, so that replica
+fetches need its ClusterAction): clients use another SASL_SSL listener,
 replication is rf=3 with acks=all, confluent-kafka commits transactions, and the cluster
 survives a kill -9 of a partition leader.
 
@@ -20,9 +21,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.config_registry import broker_key
 from oncelog.harness.cluster import ClusterProcess
 from oncelog.harness.etcd import EtcdProcess
+from oncelog.security.acl import AUTHORIZER_CLASS
 from tests.support.replicated import REPLICATION_CONFIGS, in_sync, read_all
 from tests.support.tls import TlsMaterial
 
@@ -46,8 +47,12 @@ def sasl_ssl_configs(tls: TlsMaterial) -> dict[str, str]:
         "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
         "listener.name.internal.scram-sha-512.sasl.jaas.config":
             f'{SCRAM} username="broker" password="broker-secret";',
-        # The brokers' principal is a super user once the authorizer (h/acl) knows the key.
-        **({"super.users": "User:broker"} if broker_key("super.users") else {}),
+        # The StandardAuthorizer with the brokers' principal a super user: replica fetches
+        # (ClusterAction), epoch queries, markers and verifications pass as User:broker.
+        # carol's own checks are the single-broker tables' (tests/integration/test_authz_*);
+        # ANONYMOUS is the harness's PLAINTEXT listener, which polls Metadata.
+        "authorizer.class.name": AUTHORIZER_CLASS,
+        "super.users": "User:broker;User:carol;User:ANONYMOUS",
     }
 
 

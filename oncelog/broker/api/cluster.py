@@ -11,7 +11,9 @@ between the directories of ``log.dirs``, see ``PartitionRegistry.move_partition`
 Authorization as Kafka's: DescribeCluster answers everyone (its cluster authorized
 operations are 0 without Describe on the Cluster); DescribeTopicPartitions leaves out the
 topics a listing may not Describe and refuses those named (TOPIC_AUTHORIZATION_FAILED);
-ElectLeaders, AlterPartitionReassignments and AlterReplicaLogDirs need Alter on the
+ElectLeaders (forwarded by a broker that is not the controller; a controller it cannot
+reach answers REQUEST_TIMED_OUT, one refusing its login UNKNOWN_SERVER_ERROR, as Kafka's
+forwarding), AlterPartitionReassignments and AlterReplicaLogDirs need Alter on the
 Cluster, ListPartitionReassignments and DescribeLogDirs Describe on it
 (CLUSTER_AUTHORIZATION_FAILED, at the top level and for every partition named).
 """
@@ -31,6 +33,7 @@ from oncelog.broker.cluster.peers import PEER_REQUEST_FAILURES
 from oncelog.broker.cluster_view import NO_LEADER, ClusterView, brokers_on
 from oncelog.broker.markers import sender_broker
 from oncelog.broker.partitions import PartitionRegistry, log_size
+from oncelog.client.errors import AuthenticationError
 from oncelog.cluster.controller_decisions import ElectionType
 from oncelog.cluster.replica_assignment import check_replicas
 from oncelog.errors import ErrorCode, KafkaError
@@ -218,9 +221,11 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _elect_leaders_refused(mod: Any, request: Any) -> Any:
-    """ElectLeadersRequest.getErrorResponse: the error at the top and on each partition."""
-    code, message = ErrorCode.cluster_authorization_failed, _refused("ElectLeaders")
+def _elect_leaders_refused(mod: Any, request: Any,
+                           code: ErrorCode = ErrorCode.cluster_authorization_failed,
+                           message: str | None = _refused("ElectLeaders")) -> Any:
+    """ElectLeadersRequest.getErrorResponse: the error at the top and on each partition
+    (by default the refusal of a principal without Alter on the Cluster)."""
     results = tuple(
         make(mod.ReplicaElectionResult, topic=entry.topic, partition_result=tuple(
             make(mod.PartitionResult, partition_id=index, error_code=code,
@@ -252,9 +257,12 @@ async def _cluster_elect_leaders(ctx: RequestContext, request: Any, mod: Any) ->
                 raise LookupError(f"no other controller to forward to ({controller_id})")
             return await elections.forward(request, timeout_ms)
         except PEER_REQUEST_FAILURES as exc:
+            # Kafka's ForwardingManager: a controller that refuses the broker's login is
+            # UNKNOWN_SERVER_ERROR, one it cannot reach in time REQUEST_TIMED_OUT.
             log.info("ElectLeaders: cannot reach the controller: %s", exc)
-            return make(mod.ElectLeadersResponse, throttle_time=0,
-                        error_code=ErrorCode.not_controller, replica_election_results=())
+            code = (ErrorCode.unknown_server_error if isinstance(exc, AuthenticationError)
+                    else ErrorCode.request_timed_out)
+            return _elect_leaders_refused(mod, request, code, None)
     if wanted is None:
         errors = {k: c for k, c in errors.items() if c is not ErrorCode.election_not_needed}
         wanted = sorted(errors)
