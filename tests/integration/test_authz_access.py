@@ -307,9 +307,18 @@ def with_admin(call: Callable[[Admin, Names], Any]) -> Action:
     return act
 
 
-def describe_cluster(b: AuthzBroker, n: Names) -> str:
+def metadata_cluster_operations(b: AuthzBroker, n: Names) -> str:
+    """confluent-kafka's describe_cluster: a Metadata request (v8-10) asking the cluster's
+    authorized operations."""
     admin = ck_admin(b, n)
     found = admin.describe_cluster(include_authorized_operations=True).result(T)
+    return "NONE" if found.authorized_operations else "NO_OPERATIONS"
+
+
+def describe_cluster(b: AuthzBroker, n: Names) -> str:
+    """oncelog.client's describe_cluster: the DescribeCluster request."""
+    with Admin(b.oncelog(n.user)) as admin:
+        found = admin.describe_cluster(include_authorized_operations=True)
     return "NONE" if found.authorized_operations else "NO_OPERATIONS"
 
 
@@ -539,6 +548,9 @@ ROWS: dict[str, Row] = {
     # Create on the cluster alone: still no operations without Describe (Kafka answers 0)
     "describe-cluster": Row(describe_cluster, "NO_OPERATIONS", (RT.CLUSTER, OP.DESCRIBE),
                             ((RT.CLUSTER, OP.CREATE),), topic=False),
+    "metadata/cluster-operations": Row(metadata_cluster_operations, "NO_OPERATIONS",
+                                       (RT.CLUSTER, OP.DESCRIBE), ((RT.CLUSTER, OP.CREATE),),
+                                       topic=False),
     "describe-user-scram-credentials": Row(with_admin(describe_scram), CAF,
                                            (RT.CLUSTER, OP.DESCRIBE), topic=False),
     "alter-user-scram-credentials": Row(alter_scram, CAF, (RT.CLUSTER, OP.ALTER),
