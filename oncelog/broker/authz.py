@@ -6,11 +6,15 @@ resource, client host (Kafka's ``kafka.authorizer.logger``; never a secret).
 
 ``audit=False`` is for questions that only filter or describe (authorized operations,
 hiding topics from Metadata), which Kafka logs at TRACE only.
+
+``allowed_names`` is Kafka's ``AuthHelper.filterByAuthorized``: the names of a request's
+resources (each asked once) that may be acted on.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from oncelog.broker.api import RequestContext
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -37,9 +41,9 @@ def allowed(ctx: RequestContext, operation: AclOperation, resource_type: Resourc
     return False
 
 
-def cluster_allowed(ctx: RequestContext, operation: AclOperation) -> bool:
+def cluster_allowed(ctx: RequestContext, operation: AclOperation, *, audit: bool = True) -> bool:
     """``allowed`` on the Cluster resource (``kafka-cluster``)."""
-    return allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+    return allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME, audit=audit)
 
 
 def allowed_on_any(ctx: RequestContext, operation: AclOperation,
@@ -50,3 +54,10 @@ def allowed_on_any(ctx: RequestContext, operation: AclOperation,
     authorizer = ctx.services.authorizer
     return authorizer is None or authorizer.authorize_any(ctx.session, operation,
                                                           resource_type)
+
+
+def allowed_names(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
+                  names: Iterable[str], *, audit: bool = True) -> frozenset[str]:
+    """The distinct ``names`` this request's principal may do ``operation`` on."""
+    return frozenset(name for name in dict.fromkeys(names)
+                     if allowed(ctx, operation, resource_type, name, audit=audit))

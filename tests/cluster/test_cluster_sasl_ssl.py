@@ -3,10 +3,11 @@ principal ``User:broker`` in ``super.users``) under the StandardAuthorizer: clie
 another SASL_SSL listener with the ACLs an ``admin`` granted them, replication is rf=3 with
 acks=all, confluent-kafka commits transactions, and the cluster survives a kill -9 of a
 partition leader. The coordinator's WriteTxnMarkers and the partition leaders'
-AddPartitionsToTxn v4 (transaction verification) need ClusterAction, which the brokers have
-as super users: without it (checked by leaving ``User:broker`` out of ``super.users``) the
-verification is refused and the transactional produce fails; with it the read_committed
-consumer reads every committed record, so the markers were written.
+AddPartitionsToTxn v4 (transaction verification) need ClusterAction, as do their replica
+fetches, which the brokers have as super users: without it (checked by leaving
+``User:broker`` out of ``super.users``) the verification is refused and the transactional
+produce fails; with it the read_committed consumer reads every committed record, so the
+markers were written.
 
 The SCRAM credentials live in the metadata store; the brokers' own is needed before they
 start, so the harness seeds them (as Kafka's ``kafka-storage format --add-scram``). Every
@@ -62,8 +63,12 @@ def sasl_ssl_configs(tls: TlsMaterial) -> dict[str, str]:
         "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
         "listener.name.internal.scram-sha-512.sasl.jaas.config":
             f'{SCRAM} username="broker" password="broker-secret";',
+        # The brokers' principal is a super user: replica fetches (ClusterAction), epoch
+        # queries, markers and verifications pass as User:broker. ANONYMOUS is the
+        # harness's PLAINTEXT listener, which polls Metadata (topics it may not Describe
+        # are hidden).
         "authorizer.class.name": AUTHORIZER_CLASS,
-        "super.users": "User:broker;User:admin",
+        "super.users": "User:broker;User:admin;User:ANONYMOUS",
     }
 
 

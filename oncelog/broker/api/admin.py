@@ -1,5 +1,13 @@
 """Topic administration: CreateTopics, DeleteTopics, CreatePartitions (configs: configs.py),
-through the cluster view's TopicAdmin (``ctx.services.cluster.admin``)."""
+through the cluster view's TopicAdmin (``ctx.services.cluster.admin``).
+
+Authorization as Kafka's controller (``ControllerApis``): CreateTopics needs Create on the
+Cluster or on the topic (TOPIC_AUTHORIZATION_FAILED, "Authorization failed."), and returns
+a created topic's configs, partitions and replication factor only with DescribeConfigs on it
+(else its ``topic_config_error_code`` is TOPIC_AUTHORIZATION_FAILED); DeleteTopics needs
+Delete on the Cluster or Describe and Delete on the topic (a topic asked by id that may not
+be described is answered without its name); CreatePartitions needs Alter on the topic.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +15,12 @@ import uuid
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.authz import allowed, allowed_names, cluster_allowed
+from oncelog.broker.partitions import PartitionRegistry
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
+from oncelog.security.acl import AclOperation, ResourceType
 
 ZERO_UUID = uuid.UUID(int=0)
 SOURCE_DYNAMIC_TOPIC = 1
@@ -20,15 +31,23 @@ SOURCE_DEFAULT = 5
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.CREATE_TOPICS, ctx.api_version)
     admin = ctx.services.cluster.admin
+    names = [topic.name for topic in request.topics]
+    creatable = (frozenset(names) if cluster_allowed(ctx, AclOperation.CREATE, audit=False)
+                 else allowed_names(ctx, AclOperation.CREATE, ResourceType.TOPIC, names))
+    describable = allowed_names(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names,
+                                audit=False)
     results = []
     seen: set[str] = set()
     for topic in request.topics:
         code, message = ErrorCode.none, None
         topic_id, partitions, replication, configs_out = ZERO_UUID, -1, -1, ()
+        config_code = ErrorCode.none
         try:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, "topic listed twice in one request")
             seen.add(topic.name)
+            if topic.name not in creatable:
+                raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             configs = {}
             for c in topic.configs:
                 if c.value is None:
@@ -55,6 +74,9 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 )
                 for name, value in _topic_config_values(ctx, configs).items()
             )
+            if topic.name not in describable:
+                config_code, partitions, replication, configs_out = (
+                    ErrorCode.topic_authorization_failed, -1, -1, ())
         except KafkaError as exc:
             code, message = exc.code, exc.message
         results.append(
@@ -64,7 +86,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 topic_id=topic_id,
                 error_code=code,
                 error_message=message,
-                topic_config_error_code=0,
+                topic_config_error_code=config_code,
                 num_partitions=partitions,
                 replication_factor=replication if code == ErrorCode.none else -1,
                 configs=configs_out if code == ErrorCode.none else None,
@@ -93,21 +115,28 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     else:
         entries = [(t.name, t.topic_id) for t in request.topics]
     results = []
+    everything = cluster_allowed(ctx, AclOperation.DELETE, audit=False)
     for name, topic_id in entries:
         code, message = ErrorCode.none, None
         resolved_id = ZERO_UUID
         try:
-            if name is None and topic_id not in (None, ZERO_UUID):
+            by_id = False
+            if name is None and topic_id is not None and topic_id != ZERO_UUID:
+                by_id, resolved_id = True, topic_id
                 info = registry.topic_by_id(topic_id)
                 if info is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, str(topic_id))
                 name = info.name
             if name is None:
                 raise KafkaError(ErrorCode.invalid_request, "no topic name or id")
+            if not everything:
+                name = _check_deletable(ctx, registry, name, by_id)
             info = registry.topics.get(name)
             if info is not None:
                 resolved_id = info.topic_id
             await ctx.services.cluster.admin.delete_topic(name)
+        except _Refused as exc:
+            code, name = exc.code, exc.name
         except KafkaError as exc:
             code, message = exc.code, exc.message
         results.append(
@@ -122,14 +151,42 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     return make(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(results))
 
 
+def _check_deletable(ctx: RequestContext, registry: PartitionRegistry, name: str,
+                     by_id: bool) -> str:
+    """Kafka's order for a principal without Delete on the Cluster: a name that may not be
+    described is refused before its existence is told; a topic asked by id keeps its name
+    in the refusal only when it may be described."""
+    describable = allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+    deletable = allowed(ctx, AclOperation.DELETE, ResourceType.TOPIC, name)
+    if by_id and not deletable:
+        raise _Refused(name if describable else None)
+    if not describable:
+        raise _Refused(name)
+    if name in registry.topics and not deletable:
+        raise _Refused(name)
+    return name
+
+
+class _Refused(KafkaError):
+    """TOPIC_AUTHORIZATION_FAILED for DeleteTopics, with the name the answer may carry."""
+
+    def __init__(self, name: str | None) -> None:
+        super().__init__(ErrorCode.topic_authorization_failed)
+        self.name = name
+
+
 @handles(versions.CREATE_PARTITIONS, 0, 3)
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.CREATE_PARTITIONS, ctx.api_version)
     admin = ctx.services.cluster.admin
+    alterable = allowed_names(ctx, AclOperation.ALTER, ResourceType.TOPIC,
+                              (topic.name for topic in request.topics))
     results = []
     for topic in request.topics:
         code, message = ErrorCode.none, None
         try:
+            if topic.name not in alterable:
+                raise KafkaError(ErrorCode.topic_authorization_failed)
             await admin.create_partitions(
                 topic.name,
                 int(topic.count),

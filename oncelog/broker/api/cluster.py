@@ -7,6 +7,15 @@ election is ever needed; in cluster mode ElectLeaders is the controller's,
 node: none in progress; a reassignment to this node alone is already done),
 DescribeLogDirs (real sizes per log directory) and AlterReplicaLogDirs (moves a partition
 between the directories of ``log.dirs``, see ``PartitionRegistry.move_partition``).
+
+Authorization as Kafka's: DescribeCluster answers everyone (its cluster authorized
+operations are 0 without Describe on the Cluster); DescribeTopicPartitions leaves out the
+topics a listing may not Describe and refuses those named (TOPIC_AUTHORIZATION_FAILED);
+ElectLeaders (forwarded by a broker that is not the controller; a controller it cannot
+reach answers REQUEST_TIMED_OUT, one refusing its login UNKNOWN_SERVER_ERROR, as Kafka's
+forwarding), AlterPartitionReassignments and AlterReplicaLogDirs need Alter on the
+Cluster, ListPartitionReassignments and DescribeLogDirs Describe on it
+(CLUSTER_AUTHORIZATION_FAILED, at the top level and for every partition named).
 """
 
 from __future__ import annotations
@@ -18,16 +27,19 @@ from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
 from oncelog.broker.api.admin import ZERO_UUID, live_brokers
-from oncelog.broker.api.authorized import OMITTED, TOPIC_OPERATIONS, cluster_operations
+from oncelog.broker.api.authorized import OMITTED, cluster_operations, topic_operations
+from oncelog.broker.authz import allowed, cluster_allowed
+from oncelog.broker.cluster.peers import PEER_REQUEST_FAILURES
 from oncelog.broker.cluster_view import NO_LEADER, ClusterView, brokers_on
 from oncelog.broker.markers import sender_broker
 from oncelog.broker.partitions import PartitionRegistry, log_size
-from oncelog.client.errors import BrokerConnectionError, KafkaTimeoutError
+from oncelog.client.errors import AuthenticationError
 from oncelog.cluster.controller_decisions import ElectionType
 from oncelog.cluster.replica_assignment import check_replicas
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
+from oncelog.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +47,11 @@ ENDPOINT_BROKERS = 1
 # Kafka's max.request.partition.size.limit default: the most partitions one
 # DescribeTopicPartitions answer holds, whatever the request asks.
 MAX_PARTITIONS_PER_PAGE = 2000
+
+
+def _refused(api: str) -> str:
+    """The message of a request refused for want of a Cluster permission."""
+    return f"Request {api} is not authorized."
 
 
 # -- DescribeCluster -----------------------------------------------------------------------
@@ -63,6 +80,9 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         for b in brokers_on(view, ctx.session.listener)
     )
     wanted = bool(request.include_cluster_authorized_operations)
+    operations = cluster_operations(wanted, ctx)
+    if wanted and not cluster_allowed(ctx, AclOperation.DESCRIBE):
+        operations = 0
     return make(
         mod.DescribeClusterResponse,
         throttle_time=0,
@@ -72,7 +92,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=node.cluster_id,
         controller_id=view.controller_id(),
         brokers=brokers,
-        cluster_authorized_operations=cluster_operations(wanted, ctx),
+        cluster_authorized_operations=operations,
     )
 
 
@@ -88,8 +108,17 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
         names = [n for n in names if n >= cursor.topic_name]
     budget = max(0, min(int(request.response_partition_limit), MAX_PARTITIONS_PER_PAGE))
     topics: list[Any] = []
+    refused: list[Any] = []
     next_cursor = None
     for name in names:
+        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            if request.topics:
+                refused.append(make(
+                    mod.DescribeTopicPartitionsResponseTopic,
+                    error_code=ErrorCode.topic_authorization_failed, name=name,
+                    topic_id=ZERO_UUID, is_internal=False, partitions=(),
+                    topic_authorized_operations=OMITTED))
+            continue
         info = registry.topics.get(name)
         if info is None:
             topics.append(
@@ -100,7 +129,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
                     topic_id=ZERO_UUID,
                     is_internal=False,
                     partitions=(),
-                    topic_authorized_operations=TOPIC_OPERATIONS,
+                    topic_authorized_operations=topic_operations(True, ctx, name),
                 )
             )
             continue
@@ -121,7 +150,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
                     _described_partition(mod, view, name, index)
                     for index in range(first, last)
                 ),
-                topic_authorized_operations=TOPIC_OPERATIONS,
+                topic_authorized_operations=topic_operations(True, ctx, name),
             )
         )
         if last < info.partitions:
@@ -130,7 +159,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
     return make(
         mod.DescribeTopicPartitionsResponse,
         throttle_time=0,
-        topics=tuple(topics),
+        topics=(*topics, *refused),
         next_cursor=next_cursor,
     )
 
@@ -155,6 +184,8 @@ def _described_partition(mod: Any, view: ClusterView, topic: str, index: int) ->
 @handles(versions.ELECT_LEADERS, 0, 2)
 async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.ELECT_LEADERS, ctx.api_version)
+    if not cluster_allowed(ctx, AclOperation.ALTER):
+        return _elect_leaders_refused(mod, request)
     if ctx.services.elections is not None:
         return await _cluster_elect_leaders(ctx, request, mod)
     registry = ctx.services.partitions
@@ -190,6 +221,20 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+def _elect_leaders_refused(mod: Any, request: Any,
+                           code: ErrorCode = ErrorCode.cluster_authorization_failed,
+                           message: str | None = _refused("ElectLeaders")) -> Any:
+    """ElectLeadersRequest.getErrorResponse: the error at the top and on each partition
+    (by default the refusal of a principal without Alter on the Cluster)."""
+    results = tuple(
+        make(mod.ReplicaElectionResult, topic=entry.topic, partition_result=tuple(
+            make(mod.PartitionResult, partition_id=index, error_code=code,
+                 error_message=message) for index in entry.partitions))
+        for entry in request.topic_partitions or ())
+    return make(mod.ElectLeadersResponse, throttle_time=0, error_code=code,
+                replica_election_results=results)
+
+
 async def _cluster_elect_leaders(ctx: RequestContext, request: Any, mod: Any) -> Any:
     """Cluster mode: the controller elects (this broker, or the controller broker the
     request is forwarded to). As in Kafka, the "all partitions" form (topic_partitions
@@ -211,10 +256,13 @@ async def _cluster_elect_leaders(ctx: RequestContext, request: Any, mod: Any) ->
                     NO_LEADER, ctx.services.node.node_id):
                 raise LookupError(f"no other controller to forward to ({controller_id})")
             return await elections.forward(request, timeout_ms)
-        except (LookupError, BrokerConnectionError, KafkaTimeoutError) as exc:
+        except PEER_REQUEST_FAILURES as exc:
+            # Kafka's ForwardingManager: a controller that refuses the broker's login is
+            # UNKNOWN_SERVER_ERROR, one it cannot reach in time REQUEST_TIMED_OUT.
             log.info("ElectLeaders: cannot reach the controller: %s", exc)
-            return make(mod.ElectLeadersResponse, throttle_time=0,
-                        error_code=ErrorCode.not_controller, replica_election_results=())
+            code = (ErrorCode.unknown_server_error if isinstance(exc, AuthenticationError)
+                    else ErrorCode.request_timed_out)
+            return _elect_leaders_refused(mod, request, code, None)
     if wanted is None:
         errors = {k: c for k, c in errors.items() if c is not ErrorCode.election_not_needed}
         wanted = sorted(errors)
@@ -267,6 +315,17 @@ def _election(
 @handles(versions.LIST_PARTITION_REASSIGNMENTS, 0, 0)
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return make(
+            mod.ListPartitionReassignmentsResponse, throttle_time=0,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=_refused("ListPartitionReassignments"),
+            topics=tuple(
+                make(mod.OngoingTopicReassignment, name=topic.name, partitions=tuple(
+                    make(mod.OngoingPartitionReassignment, partition_index=index, replicas=(),
+                         adding_replicas=(), removing_replicas=())
+                    for index in topic.partition_indexes))
+                for topic in request.topics or ()))
     # One node: a reassignment completes when it is accepted, so none is ever ongoing.
     return make(
         mod.ListPartitionReassignmentsResponse,
@@ -282,26 +341,18 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
     mod = response_module(versions.ALTER_PARTITION_REASSIGNMENTS, ctx.api_version)
     registry = ctx.services.partitions
     live = live_brokers(ctx)
+    top_code: ErrorCode = ErrorCode.none
+    top_message: str | None = None
+    if not cluster_allowed(ctx, AclOperation.ALTER):
+        top_code = ErrorCode.cluster_authorization_failed
+        top_message = _refused("AlterPartitionReassignments")
     responses = []
     for topic in request.topics:
         outcome = []
         for entry in topic.partitions:
-            code: ErrorCode = ErrorCode.none
-            message: str | None = None
-            info = registry.topics.get(topic.name)
-            if info is None:
-                code = ErrorCode.unknown_topic_or_partition
-                message = f"Unable to find a topic named {topic.name}."
-            elif not 0 <= int(entry.partition_index) < info.partitions:
-                code = ErrorCode.unknown_topic_or_partition
-                message = f"Unable to find partition {topic.name}:{entry.partition_index}."
-            elif entry.replicas is None:
-                code = ErrorCode.no_reassignment_in_progress
-            else:
-                try:
-                    check_replicas(entry.replicas, live, None)
-                except KafkaError as exc:
-                    code, message = exc.code, exc.message
+            code, message = top_code, top_message
+            if code is ErrorCode.none:
+                code, message = _reassignment(registry, live, topic.name, entry)
             outcome.append(
                 make(
                     mod.ReassignablePartitionResponse,
@@ -317,16 +368,37 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
         mod.AlterPartitionReassignmentsResponse,
         throttle_time=0,
         allow_replication_factor_change=getattr(request, "allow_replication_factor_change", True),
-        error_code=ErrorCode.none,
-        error_message=None,
+        error_code=top_code,
+        error_message=top_message,
         responses=tuple(responses),
     )
+
+
+def _reassignment(registry: PartitionRegistry, live: frozenset[int], topic: str, entry: Any
+                  ) -> tuple[ErrorCode, str | None]:
+    """One partition's answer (one node: a valid reassignment is done when accepted)."""
+    info = registry.topics.get(topic)
+    if info is None:
+        return ErrorCode.unknown_topic_or_partition, f"Unable to find a topic named {topic}."
+    if not 0 <= int(entry.partition_index) < info.partitions:
+        return (ErrorCode.unknown_topic_or_partition,
+                f"Unable to find partition {topic}:{entry.partition_index}.")
+    if entry.replicas is None:
+        return ErrorCode.no_reassignment_in_progress, None
+    try:
+        check_replicas(entry.replicas, live, None)
+    except KafkaError as exc:
+        return exc.code, exc.message
+    return ErrorCode.none, None
 
 
 # -- log directories -------------------------------------------------------------------------
 @handles(versions.DESCRIBE_LOG_DIRS, 1, 5)
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DESCRIBE_LOG_DIRS, ctx.api_version)
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return make(mod.DescribeLogDirsResponse, throttle_time=0,
+                    error_code=ErrorCode.cluster_authorization_failed, results=())
     registry = ctx.services.partitions
     wanted: set[tuple[str, int]] | None = None
     if request.topics is not None:
@@ -378,6 +450,7 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
 async def handle_alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.ALTER_REPLICA_LOG_DIRS, ctx.api_version)
     registry = ctx.services.partitions
+    may_alter = cluster_allowed(ctx, AclOperation.ALTER)
     results = []
     for entry in request.dirs:
         target = registry.log_dir_named(entry.path)
@@ -386,6 +459,8 @@ async def handle_alter_replica_log_dirs(ctx: RequestContext, request: Any) -> An
             for index in topic.partitions:
                 code = ErrorCode.none
                 try:
+                    if not may_alter:
+                        raise KafkaError(ErrorCode.cluster_authorization_failed)
                     if target is None:
                         raise KafkaError(ErrorCode.log_dir_not_found, entry.path)
                     registry.move_partition(topic.name, int(index), target)

@@ -5,6 +5,11 @@ Topic changes go through the partition registry (catalog + ``update_config`` of 
 partition); broker changes replace a dynamic layer of the BrokerConfig, are written to the
 data dir (oncelog.broker.dynamic_config) and re-resolve every topic's settings. Errors use
 Kafka's codes and messages: INVALID_CONFIG for topics, INVALID_REQUEST for brokers.
+
+Authorization per resource, before anything else (Kafka's ``ConfigHelper`` and
+``ControllerApis.authorizeAlterResource``): describing needs DescribeConfigs, altering
+AlterConfigs, on the topic (else TOPIC_AUTHORIZATION_FAILED) or, for a broker, on the
+Cluster (else CLUSTER_AUTHORIZATION_FAILED); the other resources are still answered.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.authz import allowed, cluster_allowed
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.dynamic_config import (
     broker_level,
@@ -31,13 +37,27 @@ from oncelog.config import (
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
+from oncelog.security.acl import AclOperation, ResourceType
 
 ALTER_CONFIGS: Final = 33
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
+
+
+def check_authorized(ctx: RequestContext, resource: Any, operation: AclOperation) -> None:
+    """KafkaError with Kafka's code and message when the principal may not do
+    ``operation`` (DescribeConfigs / AlterConfigs) on this config resource."""
+    if resource.resource_type == RESOURCE_TOPIC:
+        if not allowed(ctx, operation, ResourceType.TOPIC, resource.resource_name):
+            raise KafkaError(ErrorCode.topic_authorization_failed, "Topic authorization failed.")
+    elif resource.resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        if not cluster_allowed(ctx, operation):
+            raise KafkaError(ErrorCode.cluster_authorization_failed,
+                             "Cluster authorization failed.")
 
 
 # -- describing ---------------------------------------------------------------------------
@@ -91,6 +111,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         code, message = ErrorCode.none, None
         configs: list[Any] = []
         try:
+            check_authorized(ctx, resource, AclOperation.DESCRIBE_CONFIGS)
             if resource.resource_type == RESOURCE_TOPIC:
                 entries = topic_entries(ctx.services, resource.resource_name)
             elif resource.resource_type == RESOURCE_BROKER:
@@ -227,6 +248,7 @@ def _alter_all(ctx: RequestContext, request: Any, api_key: int, incremental: boo
     for resource in request.resources:
         code, message = ErrorCode.none, None
         try:
+            check_authorized(ctx, resource, AclOperation.ALTER_CONFIGS)
             if incremental:
                 ops = [(c.name, int(c.config_operation), c.value) for c in resource.configs]
                 _alter_resource(ctx.services, resource, ops, None, bool(request.validate_only))

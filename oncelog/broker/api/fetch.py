@@ -9,6 +9,11 @@ to move, and feeds the leader's replica tracking (the ISR and the high watermark
 ``oncelog.broker.cluster.replica_manager``). The response-level max_bytes is soft for
 the first batch returned, as in Kafka, so that a consumer always makes progress.
 
+Authorization first (Kafka's ``KafkaApis.handleFetchRequest``): a consumer needs Read on
+each topic, a follower ClusterAction on the Cluster; either refusal answers
+TOPIC_AUTHORIZATION_FAILED for the partitions concerned (every partition of a follower's
+fetch), and the fetch does not wait on them.
+
 A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER. Kafka adds the
 current leader (KIP-951) to such answers only from Fetch v16, when the response also
 carries ``node_endpoints`` (``KafkaApis.handleFetchRequest``); below v16 ``current_leader``
@@ -24,11 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.authz import allowed_names, cluster_allowed
 from oncelog.broker.cluster_view import ClusterView, check_leader
 from oncelog.broker.partitions import Partition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage.engine import IsolationLevel
 
 log = logging.getLogger(__name__)
@@ -65,12 +72,15 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
     replica_id = int(getattr(request, "replica_id", -1))
     follower = replica_id >= 0
+    denied = _denied_topics(ctx, request, follower)
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     while True:
-        reads, total = _read_all(ctx, request, max_bytes, isolation, replica_id)
-        if total >= min_bytes or any(r.error != ErrorCode.none for r in reads):
+        reads, total = _read_all(ctx, request, max_bytes, isolation, replica_id, denied)
+        served = [r for r in reads if r.topic not in denied]
+        if (total >= min_bytes or any(r.error != ErrorCode.none for r in served)
+                or (denied and not served)):
             break
         remaining = deadline - loop.time()
         if remaining <= 0:
@@ -92,9 +102,19 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     return _response(mod, reads)
 
 
+def _denied_topics(ctx: RequestContext, request: Any, follower: bool) -> frozenset[str]:
+    """The topics this fetch may not read: all of them for a follower without
+    ClusterAction on the Cluster, else those a consumer may not Read."""
+    names = [topic.topic for topic in request.topics]
+    if follower:
+        return frozenset() if cluster_allowed(ctx, AclOperation.CLUSTER_ACTION) else frozenset(
+            names)
+    return frozenset(names) - allowed_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
+
+
 def _read_all(
     ctx: RequestContext, request: Any, max_bytes: int, isolation: IsolationLevel,
-    replica_id: int,
+    replica_id: int, denied: frozenset[str],
 ) -> tuple[list[_PartitionRead], int]:
     """Every partition's read. A follower's fetch (``replica_id`` >= 0) reads up to the log
     end and tells the leader's replica tracking where the follower's log ends (refused
@@ -111,6 +131,9 @@ def _read_all(
             partition = registry.find(topic.topic, fp.partition)
             read = _PartitionRead(topic.topic, fp.partition, partition)
             reads.append(read)
+            if topic.topic in denied:
+                read.error, read.partition = ErrorCode.topic_authorization_failed, None
+                continue
             try:
                 check_leader(view, topic.topic, fp.partition)
             except KafkaError as exc:

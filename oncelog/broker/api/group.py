@@ -1,6 +1,6 @@
-"""Consumer-group APIs: FindCoordinator (10), JoinGroup (11), SyncGroup (14), Heartbeat (12),
-LeaveGroup (13), OffsetCommit (8), OffsetFetch (9), TxnOffsetCommit (28), ListGroups (16),
-DescribeGroups (15), DeleteGroups (42).
+"""Consumer-group APIs: JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13),
+OffsetCommit (8), OffsetFetch (9), TxnOffsetCommit (28); FindCoordinator is in
+``find_coordinator``, ListGroups, DescribeGroups and DeleteGroups in ``group_admin``.
 
 Thin: read the request (any version), call ``ctx.services.groups`` (a GroupCoordinator),
 build the version's response with ``make``. Version ranges: every range below contains the
@@ -9,6 +9,13 @@ OffsetCommit/OffsetFetch 8) and aiokafka 0.14 (JoinGroup 5, SyncGroup 3, Heartbe
 LeaveGroup 1, OffsetCommit/OffsetFetch 3, FindCoordinator 1, ListGroups 2, DescribeGroups 3,
 DeleteGroups 1) send, bounded by kio's schemas (OffsetCommit from v2, OffsetFetch from v1)
 and by what a classic group means (OffsetCommit/OffsetFetch v10 address topics by id).
+
+Authorization before anything else, as Kafka's KafkaApis: JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup and OffsetCommit need Read on the group (GROUP_AUTHORIZATION_FAILED
+for the whole request), OffsetCommit then Read on each topic
+(TOPIC_AUTHORIZATION_FAILED for its partitions, the others committed); OffsetFetch needs
+Describe on each group, and answers only the topics the principal may Describe (those
+named without it: TOPIC_AUTHORIZATION_FAILED; all offsets asked: the others left out).
 """
 
 from __future__ import annotations
@@ -20,13 +27,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from oncelog.broker.api import RequestContext, handles
-from oncelog.broker.api.authorized import group_operations
 from oncelog.broker.api.transactions import authorized_txn_offset_commit
+from oncelog.broker.authz import allowed, allowed_names
 from oncelog.broker.cluster_view import (
     GROUP_KEY,
     NO_LEADER,
     TRANSACTION_KEY,
-    broker_on,
     coordinator_error,
 )
 from oncelog.coordinator.group.results import (
@@ -39,6 +45,7 @@ from oncelog.errors import ErrorCode, KafkaError
 from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
+from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -47,52 +54,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------
-# FindCoordinator
-
-
-@handles(versions.FIND_COORDINATOR, 0, 6)
-async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
-    """The leader of the key's ``__consumer_offsets`` / ``__transaction_state`` partition,
-    from the cluster view; COORDINATOR_NOT_AVAILABLE while that partition has no live
-    leader (Kafka's answer). v4+ carries a batch of keys, each answered on its own."""
-    mod = response_module(versions.FIND_COORDINATOR, ctx.api_version)
-    key_type = int(getattr(request, "key_type", GROUP_KEY))
-    if ctx.api_version >= 4:
-        coordinators = tuple(
-            make(mod.Coordinator, key=key, **_coordinator_node(ctx, key_type, key))
-            for key in request.coordinator_keys
-        )
-        return make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
-    return make(
-        mod.FindCoordinatorResponse, throttle_time=0,
-        **_coordinator_node(ctx, key_type, request.key),
-    )
-
-
-def _coordinator_node(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
-    view = ctx.services.cluster
-    error = ErrorCode.none
-    message: str | None = None
-    broker = None
-    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
-        error, message = ErrorCode.invalid_request, f"unsupported key type {key_type}"
-    else:
-        # Kafka: the coordinator's endpoint on this request's listener, else not available
-        broker = broker_on(view, view.coordinator(key_type, key).leader, ctx.session.listener)
-        if broker is None:
-            error = ErrorCode.coordinator_not_available
-            message = "The coordinator is not available."
-    return {
-        "node_id": -1 if broker is None else broker.node_id,
-        "host": "" if broker is None else broker.host,
-        "port": -1 if broker is None else broker.port,
-        "error_code": error,
-        "error_message": message,
-    }
-
-
-# ---------------------------------------------------------------------------------------
 # JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+
+
+def _group_readable(ctx: RequestContext, group_id: str) -> bool:
+    """Read on the group: what every member request and OffsetCommit need first."""
+    return allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id)
 
 
 def _group_coordinator_error(ctx: RequestContext, group_id: str) -> ErrorCode:
@@ -101,14 +68,24 @@ def _group_coordinator_error(ctx: RequestContext, group_id: str) -> ErrorCode:
     return coordinator_error(ctx.services.cluster, GROUP_KEY, group_id)
 
 
+def _member_error(ctx: RequestContext, group_id: str) -> ErrorCode:
+    """GROUP_AUTHORIZATION_FAILED without Read on the group, else the coordinator's."""
+    if not _group_readable(ctx, group_id):
+        return ErrorCode.group_authorization_failed
+    return _group_coordinator_error(ctx, group_id)
+
+
 @handles(versions.JOIN_GROUP, 0, 9)
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.JOIN_GROUP, ctx.api_version)
-    if (error := _group_coordinator_error(ctx, request.group_id)) is not ErrorCode.none:
+    error, member_id = ErrorCode.group_authorization_failed, ""
+    if _group_readable(ctx, request.group_id):
+        error, member_id = _group_coordinator_error(ctx, request.group_id), request.member_id
+    if error is not ErrorCode.none:
         return make(
             mod.JoinGroupResponse, throttle_time=0, error_code=error, generation_id=-1,
             protocol_type=None, protocol_name=None if ctx.api_version >= 7 else "",
-            leader="", skip_assignment=False, member_id=request.member_id, members=(),
+            leader="", skip_assignment=False, member_id=member_id, members=(),
         )
     session_ms = to_ms(request.session_timeout)
     rebalance_ms = to_ms(getattr(request, "rebalance_timeout", None))
@@ -154,7 +131,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.SYNC_GROUP, 0, 5)
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.SYNC_GROUP, ctx.api_version)
-    if (error := _group_coordinator_error(ctx, request.group_id)) is not ErrorCode.none:
+    if (error := _member_error(ctx, request.group_id)) is not ErrorCode.none:
         return make(mod.SyncGroupResponse, throttle_time=0, error_code=error,
                     protocol_type=None, protocol_name=None, assignment=b"")
     result = await ctx.services.groups.sync_group(
@@ -179,7 +156,7 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.HEARTBEAT, 0, 4)
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.HEARTBEAT, ctx.api_version)
-    if (error := _group_coordinator_error(ctx, request.group_id)) is not ErrorCode.none:
+    if (error := _member_error(ctx, request.group_id)) is not ErrorCode.none:
         return make(mod.HeartbeatResponse, throttle_time=0, error_code=error)
     error = ctx.services.groups.heartbeat(
         request.group_id,
@@ -193,6 +170,9 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 @handles(versions.LEAVE_GROUP, 0, 5)
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LEAVE_GROUP, ctx.api_version)
+    if not _group_readable(ctx, request.group_id):
+        return make(mod.LeaveGroupResponse, throttle_time=0,
+                    error_code=ErrorCode.group_authorization_failed, members=())
     if ctx.api_version >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
@@ -239,15 +219,22 @@ def _requested_offsets(
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.OFFSET_COMMIT, ctx.api_version)
     offsets, order = _requested_offsets(request)
-    # Kafka answers UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist (every
-    # version) and commits the others.
+    errors: dict[TopicPartition, ErrorCode] = {}
+    if not _group_readable(ctx, request.group_id):
+        errors = dict.fromkeys(offsets, ErrorCode.group_authorization_failed)
+        offsets = {}
+    # Kafka answers TOPIC_AUTHORIZATION_FAILED for topics it may not Read, then
+    # UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist (every version), and
+    # commits the others.
+    readable = allowed_names(ctx, AclOperation.READ, ResourceType.TOPIC,
+                             (topic for topic, _ in offsets))
     topics_known = ctx.services.partitions.topics
-    unknown = {
-        tp for tp in offsets
-        if (info := topics_known.get(tp[0])) is None or not 0 <= tp[1] < info.partitions
-    }
-    errors = {tp: ErrorCode.unknown_topic_or_partition for tp in unknown}
-    known = {tp: entry for tp, entry in offsets.items() if tp not in unknown}
+    for tp in offsets:
+        if tp[0] not in readable:
+            errors[tp] = ErrorCode.topic_authorization_failed
+        elif (info := topics_known.get(tp[0])) is None or not 0 <= tp[1] < info.partitions:
+            errors[tp] = ErrorCode.unknown_topic_or_partition
+    known = {tp: entry for tp, entry in offsets.items() if tp not in errors}
     if known:
         errors.update(await ctx.services.groups.handle_commit_offsets(
             group_id=request.group_id,
@@ -272,12 +259,11 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.OFFSET_FETCH, ctx.api_version)
     require_stable = bool(getattr(request, "require_stable", False))
-    coordinator = ctx.services.groups
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
-            entries, error = _fetch(coordinator, g.group_id, _wanted_partitions(g.topics),
-                                    require_stable, per_partition=False)
+            entries, error = _fetch_authorized(ctx, g.group_id, _wanted_partitions(g.topics),
+                                               require_stable, per_partition=False)
             groups.append(
                 make(
                     mod.OffsetFetchResponseGroup,
@@ -289,8 +275,9 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
             )
         return make(mod.OffsetFetchResponse, throttle_time=0, groups=tuple(groups))
     # v1 has no top-level error: a group-level error goes to each partition.
-    entries, error = _fetch(coordinator, request.group_id, _wanted_partitions(request.topics),
-                            require_stable, per_partition=ctx.api_version < 2)
+    entries, error = _fetch_authorized(ctx, request.group_id,
+                                       _wanted_partitions(request.topics), require_stable,
+                                       per_partition=ctx.api_version < 2)
     return make(
         mod.OffsetFetchResponse,
         throttle_time=0,
@@ -298,6 +285,35 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                              "OffsetFetchResponsePartition"),
         error_code=error,
     )
+
+
+def _fetch_authorized(
+    ctx: RequestContext,
+    group_id: str,
+    wanted: list[TopicPartition] | None,
+    require_stable: bool,
+    *,
+    per_partition: bool,
+) -> tuple[dict[TopicPartition, OffsetFetchEntry], ErrorCode]:
+    """``_fetch`` as this principal may see it: GROUP_AUTHORIZATION_FAILED (and no
+    offsets) without Describe on the group; only the topics it may Describe."""
+    if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return {}, ErrorCode.group_authorization_failed
+    coordinator = ctx.services.groups
+    if wanted is None:  # every committed offset: the topics it may not Describe are left out
+        entries, error = _fetch(coordinator, group_id, None, require_stable,
+                                per_partition=per_partition)
+        described = allowed_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                  {tp[0] for tp in entries})
+        return {tp: e for tp, e in entries.items() if tp[0] in described}, error
+    described = allowed_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                              {tp[0] for tp in wanted})
+    entries, error = _fetch(coordinator, group_id, [tp for tp in wanted if tp[0] in described],
+                            require_stable, per_partition=per_partition)
+    if error is not ErrorCode.none:
+        return entries, error
+    refused = OffsetFetchEntry(NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.topic_authorization_failed)
+    return {**entries, **{tp: refused for tp in wanted if tp[0] not in described}}, error
 
 
 def _fetch(
@@ -446,84 +462,6 @@ def _fetch_topics(
         make(getattr(mod, topic_cls), name=name, partitions=tuple(parts))
         for name, parts in by_topic.items()
     )
-
-
-# ---------------------------------------------------------------------------------------
-# ListGroups, DescribeGroups, DeleteGroups
-
-
-@handles(versions.LIST_GROUPS, 0, 5)
-async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(versions.LIST_GROUPS, ctx.api_version)
-    types_filter = {t.lower() for t in getattr(request, "types_filter", ())}
-    coordinator = ctx.services.groups
-    listed = coordinator.list_groups(getattr(request, "states_filter", ()))
-    # Kafka lists the groups loaded so far and says whether some partition still loads.
-    error = ErrorCode.coordinator_load_in_progress if coordinator.loading else ErrorCode.none
-    groups = tuple(
-        make(
-            mod.ListedGroup,
-            group_id=g.group_id,
-            protocol_type=g.protocol_type,
-            group_state=g.state,
-            group_type=g.group_type,
-        )
-        for g in listed
-        if not types_filter or g.group_type in types_filter
-    )
-    return make(mod.ListGroupsResponse, throttle_time=0, error_code=error, groups=groups)
-
-
-@handles(versions.DESCRIBE_GROUPS, 0, 6)
-async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(versions.DESCRIBE_GROUPS, ctx.api_version)
-    described = []
-    for d in ctx.services.groups.describe_groups(request.groups):
-        error, message = d.error, None
-        if error == ErrorCode.group_id_not_found:
-            if ctx.api_version >= 6:
-                message = f"group {d.group_id} not found"
-            else:
-                error = ErrorCode.none  # before v6 an unknown group is described as Dead
-        members = tuple(
-            make(
-                mod.DescribedGroupMember,
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                member_metadata=m.metadata,
-                member_assignment=m.assignment,
-            )
-            for m in d.members
-        )
-        described.append(
-            make(
-                mod.DescribedGroup,
-                error_code=error,
-                error_message=message,
-                group_id=d.group_id,
-                group_state=d.state,
-                protocol_type=d.protocol_type,
-                protocol_data=d.protocol,
-                members=members,
-                authorized_operations=group_operations(
-                    bool(getattr(request, "include_authorized_operations", False)), ctx,
-                    d.group_id),
-            )
-        )
-    return make(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(described))
-
-
-@handles(versions.DELETE_GROUPS, 0, 2)
-async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(versions.DELETE_GROUPS, ctx.api_version)
-    names = list(request.groups_names)
-    errors = ctx.services.groups.delete_groups(names)
-    results = tuple(
-        make(mod.DeletableGroupResult, group_id=name, error_code=errors[name]) for name in names
-    )
-    return make(mod.DeleteGroupsResponse, throttle_time=0, results=results)
 
 
 async def _replicated(

@@ -3,18 +3,21 @@
 ``current_leader_epoch`` (v4+, KIP-320) is checked first (FENCED_LEADER_EPOCH /
 UNKNOWN_LEADER_EPOCH); the answer carries the leader epoch of the offset found, from the
 partition's epoch cache (Kafka: the latest epoch for LATEST, the epoch holding the offset
-otherwise)."""
+otherwise). A topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED for
+each of its partitions, before anything else (Kafka's ``handleListOffsetRequest``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.authz import allowed_names
 from oncelog.broker.cluster_view import check_leader
 from oncelog.broker.partitions import Partition
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage.engine import IsolationLevel
 
 LATEST = -1
@@ -29,6 +32,8 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     registry = ctx.services.partitions
     view = ctx.services.cluster
     isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
+    described = allowed_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                              (topic.name for topic in request.topics))
     topics = []
     for topic in request.topics:
         parts = []
@@ -36,6 +41,8 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             code = ErrorCode.none
             offset, timestamp, epoch = -1, -1, -1
             try:
+                if topic.name not in described:
+                    raise KafkaError(ErrorCode.topic_authorization_failed, topic.name)
                 check_leader(view, topic.name, p.partition_index)
                 partition = registry.get(topic.name, p.partition_index)
                 partition.check_leader_epoch(int(getattr(p, "current_leader_epoch", -1)))

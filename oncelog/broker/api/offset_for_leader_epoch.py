@@ -9,6 +9,10 @@ the partition's â†’ FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH; not the leader â
 NOT_LEADER_OR_FOLLOWER (only the debugging replica id -2 may ask a follower); otherwise
 ``(epoch, end offset)``, which is (-1, -1) with no error when the epoch is undefined (an
 empty cache, epoch -1 or an epoch above every known one). Kafka 4.4 serves versions 2-4.
+
+Authorization (``KafkaApis.handleOffsetForLeaderEpochRequest``): ClusterAction on the
+Cluster (a broker) allows every topic; otherwise (KIP-320, a consumer) Describe on each
+topic, TOPIC_AUTHORIZATION_FAILED for the partitions of the others.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.authz import allowed_names, cluster_allowed
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
+from oncelog.security.acl import AclOperation, ResourceType
 
 DEBUGGING_REPLICA_ID = -2
 
@@ -28,12 +34,19 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
     mod = response_module(versions.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
     registry = ctx.services.partitions
     require_leader = int(getattr(request, "replica_id", -1)) != DEBUGGING_REPLICA_ID
+    names = [topic.topic for topic in request.topics]
+    if cluster_allowed(ctx, AclOperation.CLUSTER_ACTION, audit=False):
+        described = frozenset(names)
+    else:
+        described = allowed_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     topics = []
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
             code, epoch, end_offset = ErrorCode.none, -1, -1
             try:
+                if topic.topic not in described:
+                    raise KafkaError(ErrorCode.topic_authorization_failed, topic.topic)
                 partition = registry.get(topic.topic, p.partition)
                 partition.check_leader_epoch(
                     int(p.current_leader_epoch), require_leader=require_leader

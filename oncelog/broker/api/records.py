@@ -14,6 +14,11 @@ OFFSET_OUT_OF_RANGE and reset per their ``auto.offset.reset``.
 OffsetDelete deletes a group's committed offsets (rules in
 ``OffsetManager.delete_offsets``); partitions of unknown topics answer
 UNKNOWN_TOPIC_OR_PARTITION and are not passed on.
+
+Authorization (Kafka's KafkaApis): DeleteRecords needs Delete on each topic
+(TOPIC_AUTHORIZATION_FAILED for its partitions); OffsetDelete needs Delete on the group
+(GROUP_AUTHORIZATION_FAILED for the whole request), then Read on each topic
+(TOPIC_AUTHORIZATION_FAILED for its partitions, which are not passed on).
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import logging
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.authz import allowed, allowed_names
 from oncelog.broker.cluster_view import check_leader
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
+from oncelog.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +43,19 @@ HIGH_WATERMARK = -1
 @handles(versions.DELETE_RECORDS, 0, 2)
 async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.DELETE_RECORDS, ctx.api_version)
+    deletable = allowed_names(ctx, AclOperation.DELETE, ResourceType.TOPIC,
+                              (topic.name for topic in request.topics))
     topics = []
     for topic in request.topics:
         results = []
         for p in topic.partitions:
             index = int(p.partition_index)
             low_watermark, error = -1, ErrorCode.none
+            if topic.name not in deletable:
+                results.append(make(mod.DeleteRecordsPartitionResult, partition_index=index,
+                                    low_watermark=-1,
+                                    error_code=ErrorCode.topic_authorization_failed))
+                continue
             try:
                 low_watermark = delete_records(ctx, topic.name, index, int(p.offset))
             except KafkaError as exc:
@@ -99,17 +113,24 @@ def delete_records(ctx: RequestContext, topic: str, index: int, offset: int) -> 
 @handles(versions.OFFSET_DELETE, 0, 0)
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.OFFSET_DELETE, ctx.api_version)
+    if not allowed(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return make(mod.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed,
+                    throttle_time=0, topics=())
     registry = ctx.services.partitions
+    readable = allowed_names(ctx, AclOperation.READ, ResourceType.TOPIC,
+                             (topic.name for topic in request.topics))
     known: list[tuple[str, int]] = []
-    unknown: set[tuple[str, int]] = set()
+    refused: dict[tuple[str, int], ErrorCode] = {}
     order: list[tuple[str, int]] = []
     for topic in request.topics:
         info = registry.topics.get(topic.name)
         for p in topic.partitions:
             tp = (topic.name, int(p.partition_index))
             order.append(tp)
-            if info is None or not 0 <= tp[1] < info.partitions:
-                unknown.add(tp)
+            if topic.name not in readable:
+                refused[tp] = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= tp[1] < info.partitions:
+                refused[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 known.append(tp)
     error, per_partition = ctx.services.groups.delete_offsets(request.group_id, known)
@@ -117,7 +138,7 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
         return make(mod.OffsetDeleteResponse, error_code=error, throttle_time=0, topics=())
     by_topic: dict[str, list[Any]] = {}
     for tp in order:
-        code = ErrorCode.unknown_topic_or_partition if tp in unknown else per_partition[tp]
+        code = refused[tp] if tp in refused else per_partition[tp]
         by_topic.setdefault(tp[0], []).append(
             make(mod.OffsetDeleteResponsePartition, partition_index=tp[1], error_code=code)
         )

@@ -12,6 +12,11 @@ ScramControlManager: a user named twice in one request -> DUPLICATE_RESOURCE (no
 changes applied), an empty name -> UNACCEPTABLE_CREDENTIAL, an unknown mechanism ->
 UNSUPPORTED_SASL_MECHANISM, iterations outside 4096..16384 -> UNACCEPTABLE_CREDENTIAL,
 deleting a credential that does not exist -> RESOURCE_NOT_FOUND.
+
+Describing needs Describe on the Cluster, altering Alter on it (Kafka's KafkaApis /
+ControllerApis): refused, every user named gets CLUSTER_AUTHORIZATION_FAILED without a
+message (Describe: at the top level too, its results without user names, as Kafka's
+``getErrorResponse``) and nothing changes.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from collections import Counter
 from typing import Any
 
 from oncelog.broker.api import RequestContext, handles
+from oncelog.broker.authz import cluster_allowed
 from oncelog.errors import ErrorCode
 from oncelog.protocol.build import make, response_module
+from oncelog.security.acl import AclOperation
 from oncelog.security.credentials import MECHANISMS, MECHANISMS_BY_TYPE, ScramCredential
 from oncelog.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
@@ -31,6 +38,9 @@ log = logging.getLogger(__name__)
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 DUPLICATE = "A user credential cannot be altered twice in the same request"
+# Kafka sends no message with this error (ApiError drops a generic one). (librdkafka 2.16
+# aborts on any top-level DescribeUserScramCredentials error, Kafka's answer included.)
+REFUSED = ErrorCode.cluster_authorization_failed
 
 
 @handles(SASL_HANDSHAKE, 0, 1)
@@ -60,6 +70,12 @@ async def _known_credentials(ctx: RequestContext) -> dict[str, dict[str, int]]:
 @handles(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return make(mod.DescribeUserScramCredentialsResponse, throttle_time=0,
+                    error_code=REFUSED, error_message=None, results=tuple(
+                        make(mod.DescribeUserScramCredentialsResult, user="",
+                             error_code=REFUSED, error_message=None, credential_infos=())
+                        for _ in request.users or ()))
     known = await _known_credentials(ctx)
     wanted = sorted(known) if not request.users else [u.name for u in request.users]
     counts = Counter(wanted)
@@ -105,6 +121,11 @@ def _validate(store_known: dict[str, dict[str, int]], name: str, mechanism: int,
 @handles(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ALTER_USER_SCRAM_CREDENTIALS, 0)
+    if not cluster_allowed(ctx, AclOperation.ALTER):
+        users = sorted({e.name for e in (*request.deletions, *request.upsertions)})
+        return make(mod.AlterUserScramCredentialsResponse, throttle_time=0, results=tuple(
+            make(mod.AlterUserScramCredentialsResult, user=user, error_code=REFUSED,
+                 error_message=None) for user in users))
     known = await _known_credentials(ctx)
     errors: dict[str, tuple[ErrorCode, str]] = {}
     deletions: dict[str, tuple[str, str]] = {}

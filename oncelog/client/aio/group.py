@@ -6,8 +6,9 @@ then heartbeats every ``heartbeat.interval.ms`` until the coordinator asks for a
 and joins again. The consumer learns the outcome through two callbacks:
 ``on_revoke(partitions)`` before partitions are given up (so their offsets can be committed)
 and ``on_assign(partitions)`` once the new assignment is known. An unexpected exception (a
-bug, an undecodable assignment) goes to ``on_error`` (the consumer's poll raises it once) and
-the member rejoins after a backoff; only a FatalError ends the task.
+bug, an undecodable assignment) or an authorization refusal (GROUP_AUTHORIZATION_FAILED, as
+Kafka's consumer throws it from poll) goes to ``on_error`` (the consumer's poll raises it
+once) and the member rejoins after a backoff; only a FatalError ends the task.
 
 Rebalance protocol: when every configured assignor is cooperative, the member keeps its
 partitions while rejoining and revokes only those the new assignment no longer holds, then
@@ -55,6 +56,10 @@ ErrorCallback = Callable[[KafkaClientError], None]
 _REJOIN = frozenset(
     {ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation, ErrorCode.unknown_member_id}
 )
+# Refusals the application must hear of (poll raises them); the member keeps trying, so an
+# ACL granted meanwhile lets it in.
+_AUTHORIZATION = frozenset({ErrorCode.group_authorization_failed,
+                            ErrorCode.topic_authorization_failed})
 _COORDINATOR_MOVED = frozenset(
     {
         ErrorCode.not_coordinator,
@@ -177,6 +182,8 @@ class GroupMember:
                         "group %s member %s: %s; rejoining",
                         self.group_id, self.member_id or "-", exc,
                     )  # fmt: skip
+                    if isinstance(exc, KafkaClientError) and exc.code in _AUTHORIZATION:
+                        self._on_error(exc)  # poll raises it, as Kafka's consumer does
                     self.request_rejoin()
                 await asyncio.sleep(self.client.backoff_s(attempt))
                 attempt += 1

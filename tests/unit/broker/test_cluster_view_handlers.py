@@ -21,6 +21,7 @@ from oncelog.broker.api import (
     admin,
     cluster,
     fetch,
+    find_coordinator,
     group,
     list_offsets,
     metadata,
@@ -32,6 +33,7 @@ from oncelog.broker.api import (
 from oncelog.broker.cluster_view import NO_LEADER, PartitionLeadership
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.partitions import PartitionRegistry, TopicInfo
+from oncelog.client.errors import AuthenticationError, BrokerConnectionError, KafkaTimeoutError
 from oncelog.clock import FakeClock
 from oncelog.config import BrokerConfig
 from oncelog.errors import ErrorCode
@@ -285,12 +287,13 @@ def test_find_coordinator_names_the_leader_of_the_coordinator_partition(
     view.coordinator_leader = OTHER
     mod = request_module(versions.FIND_COORDINATOR, 6)
     request = make(mod.FindCoordinatorRequest, key_type=1, coordinator_keys=("a", "b"))
-    response = call(svc, versions.FIND_COORDINATOR, 6, group.handle_find_coordinator, request)
+    response = call(svc, versions.FIND_COORDINATOR, 6, find_coordinator.handle_find_coordinator,
+                    request)
     assert {(c.node_id, c.host, c.port, c.error_code) for c in response.coordinators} == {
         (OTHER, "broker2.example", 9092, ErrorCode.none)}
     view.coordinator_leader = NO_LEADER  # the coordinator partition has no live leader
     mod = request_module(versions.FIND_COORDINATOR, 3)
-    response = call(svc, versions.FIND_COORDINATOR, 3, group.handle_find_coordinator,
+    response = call(svc, versions.FIND_COORDINATOR, 3, find_coordinator.handle_find_coordinator,
                     make(mod.FindCoordinatorRequest, key="g", key_type=0))
     assert (response.node_id, response.error_code) == (-1, ErrorCode.coordinator_not_available)
 
@@ -408,3 +411,39 @@ def test_add_partitions_to_txn_accepts_partitions_this_broker_does_not_hold(
     assert added == [[("elsewhere", 0)]]
     assert add("nowhere") == [ErrorCode.unknown_topic_or_partition]
     assert added == [[("elsewhere", 0)]]
+
+
+# -- ElectLeaders forwarded to a controller that does not answer ------------------------------
+class _UnreachableController:
+    """Cluster elections on a broker that is not the controller, whose forward fails."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.failure = failure
+
+    async def elect(self, *_: Any) -> None:
+        return None  # not the controller
+
+    async def forward(self, *_: Any) -> Any:
+        raise self.failure
+
+
+@pytest.mark.parametrize(("failure", "code"), [
+    (AuthenticationError("login refused"), ErrorCode.unknown_server_error),
+    (BrokerConnectionError("connection refused"), ErrorCode.request_timed_out),
+    (KafkaTimeoutError("no answer"), ErrorCode.request_timed_out),
+    (LookupError("no live controller"), ErrorCode.request_timed_out),
+])
+def test_elect_leaders_answers_as_kafkas_forwarding_when_the_controller_fails(
+    tmp_path: Path, failure: Exception, code: ErrorCode,
+) -> None:
+    """Kafka's ForwardingManager: a refused login is UNKNOWN_SERVER_ERROR, a controller not
+    reached in time REQUEST_TIMED_OUT; at the top and for every partition asked."""
+    svc = dataclasses.replace(services(tmp_path)[0],
+                              elections=cast(Any, _UnreachableController(failure)))
+    mod = request_module(versions.ELECT_LEADERS, 2)
+    request = make(mod.ElectLeadersRequest, election_type=0, timeout=datetime.timedelta(
+        seconds=1), topic_partitions=(make(mod.TopicPartitions, topic="t", partitions=(0, 1)),))
+    response = call(svc, versions.ELECT_LEADERS, 2, cluster.handle_elect_leaders, request)
+    assert response.error_code == code
+    assert [(r.topic, p.partition_id, p.error_code) for r in response.replica_election_results
+            for p in r.partition_result] == [("t", 0, code), ("t", 1, code)]

@@ -14,7 +14,7 @@ import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from oncelog.broker.api import HANDLERS, SUPPORTED, RequestContext
+from oncelog.broker.api import HANDLERS, SUPPORTED, RequestContext, load_all
 from oncelog.broker.api import group as group_api
 from oncelog.broker.context import NodeIdentity
 from oncelog.clock import FakeClock
@@ -28,6 +28,7 @@ from oncelog.protocol.codec import decode_request, encode_response
 from tests.support.fake_cluster_view import FakeClusterView, coordinating
 
 NONE = ErrorCode.none
+load_all()  # the group APIs' handlers live in several modules
 
 
 NODE = NodeIdentity(7, "", "broker.example", 19092)
@@ -54,6 +55,7 @@ class FakeBroker:
         default_factory=lambda: coordinating(NODE.node_id, NODE.host, NODE.port)
     )
     partitions: FakePartitions = field(default_factory=FakePartitions)
+    authorizer: None = None  # no authorizer.class.name: everything allowed
 
 
 def new_broker(initial_delay_ms: int = 0) -> FakeBroker:
