@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import profiles
-from bench.run import median_phase, problems, rate, ratio_pairs, results_table
+from bench.report import median_phase, problems, rate, ratio_pairs, results_table
 from bench.scenarios import BASE_PRODUCER, SCENARIOS, Scenario, select
 
 
