@@ -5,6 +5,10 @@
     .venv/bin/python bench/run.py --brokers tansu --scenarios 100B-x1M-1p --output /tmp/r.md
     .venv/bin/python bench/run.py --profile             # oncelog under py-spy (or cProfile)
     .venv/bin/python bench/run.py --list                # the scenario registry
+    .venv/bin/python bench/run.py --scenarios issue18 --client-bench 200000 --scale 0.5
+                                                        # issue 18's targets, one run
+    .venv/bin/python bench/run.py --brokers oncelog --scenarios issue18 --profile \
+        --flamegraphs bench/flamegraphs                 # one flame graph per scenario
     .venv/bin/python bench/run.py --brokers oncelog,oncelog-cluster3,kafka-cluster3 \
         --scenarios 1KiB-x200k-6p-rf1-acks1,1KiB-x200k-6p-rf3-acksall   # replication
 
@@ -386,7 +390,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--brokers", default="oncelog,tansu,kafka")
     parser.add_argument("--scenarios", default=None,
-                        help="comma-separated names, or 'all' (default: the default set)")
+                        help="comma-separated names, 'all', or a named selection (issue18: "
+                        "also --targets); default: the default set")
     parser.add_argument("--scale", type=float, default=1.0, help="share of the records")
     parser.add_argument("--repeat", type=int, default=1, help="runs per scenario (median)")
     parser.add_argument("--profile", action="store_true", help="profile oncelog with py-spy")
