@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,14 +103,16 @@ def _attach_py_spy(pid: int, folded: Path, log_path: Path) -> subprocess.Popen[b
     return proc
 
 
-def start_oncelog(out_dir: Path, tag: str, *, profile: bool) -> Running:
+def start_oncelog(
+    out_dir: Path, tag: str, *, profile: bool, configs: Mapping[str, str] | None = None
+) -> Running:
     data_parent = Path(tempfile.mkdtemp(prefix="oncelog-bench-"))
     data_dir = data_parent / "data"
     log_path = out_dir / f"oncelog-{tag}.log"
 
     def make(argv_prefix: list[str] | None = None) -> BrokerProcess:
         return BrokerProcess(data_dir, log_level="WARNING", log_path=log_path,
-                             stop_timeout=120.0, argv_prefix=argv_prefix)
+                             stop_timeout=120.0, argv_prefix=argv_prefix, configs=configs)
 
     broker = make().start()
     running = Running("oncelog", [broker], broker.bootstrap, cleanup=[data_parent])
@@ -136,12 +139,13 @@ def start_tansu(out_dir: Path, tag: str) -> Running:
     return Running("tansu", [tansu], tansu.bootstrap)
 
 
-def start_kafka(out_dir: Path, tag: str) -> Running:
-    """Kafka 4.4 with its log dirs in a temporary dir (Kafka's defaults, JVM settings of
-    tests/support/kafka.py: -Xms512m -Xmx512m and kafka-run-class.sh's G1 options)."""
+def start_kafka(out_dir: Path, tag: str, configs: Mapping[str, str] | None = None) -> Running:
+    """Kafka 4.4 with its log dirs in a temporary dir (Kafka's defaults and ``configs``, JVM
+    settings of tests/support/kafka.py: -Xms512m -Xmx512m and kafka-run-class.sh's G1
+    options)."""
     data_parent = Path(tempfile.mkdtemp(prefix="kafka-bench-"))
     kafka = KafkaProcess(data_parent / "data", log_path=out_dir / f"kafka-{tag}.log",
-                         stop_timeout=120.0)
+                         stop_timeout=120.0, configs=configs)
     try:
         kafka.start()
     except BaseException:
@@ -215,13 +219,18 @@ def start_kafka_cluster(out_dir: Path, tag: str) -> Running:
                    cleanup=[data_parent], kill_at_stop=True)
 
 
-def start(name: str, out_dir: Path, tag: str, *, profile: bool) -> Running:
+def start(
+    name: str, out_dir: Path, tag: str, *, profile: bool,
+    configs: Mapping[str, str] | None = None,
+) -> Running:
+    """Start broker ``name``; ``configs`` are broker configs for oncelog and Kafka (single
+    node; Tansu has no such configs and runs as it is)."""
     if name == "oncelog":
-        return start_oncelog(out_dir, tag, profile=profile)
+        return start_oncelog(out_dir, tag, profile=profile, configs=configs)
     if name == "tansu":
         return start_tansu(out_dir, tag)
     if name == "kafka":
-        return start_kafka(out_dir, tag)
+        return start_kafka(out_dir, tag, configs)
     if name == "oncelog-cluster3":
         return start_oncelog_cluster(out_dir, tag)
     if name == "kafka-cluster3":

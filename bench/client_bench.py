@@ -368,7 +368,9 @@ def ratios(results: Runs, size: int) -> list[str]:
         if "confluent-kafka" in results:
             parts.append(f"confluent-kafka is {rate('confluent-kafka') / ours:.2f}x oncelog.client")
         if parts:
-            lines.append(f"- {phase} (medians): oncelog.client = " + ", ".join(parts))
+            lines.append(f"- {phase} (medians): " + ", ".join(
+                part if part.startswith("confluent") else f"oncelog.client = {part}"
+                for part in parts))
     return lines
 
 
@@ -425,6 +427,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--profile", action="store_true", help="py-spy the oncelog.client phases")
     parser.add_argument("--output", type=Path, help="also write the report here")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args()
     if args.worker:
         worker_main(args.worker)
@@ -489,6 +492,9 @@ def main() -> int:
     print(text)
     if args.output:
         args.output.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps({"records": args.records, "size": args.size,
+                                         "command": command, "results": results}, indent=1))
     return 0
 
 

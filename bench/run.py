@@ -5,6 +5,10 @@
     .venv/bin/python bench/run.py --brokers tansu --scenarios 100B-x1M-1p --output /tmp/r.md
     .venv/bin/python bench/run.py --profile             # oncelog under py-spy (or cProfile)
     .venv/bin/python bench/run.py --list                # the scenario registry
+    .venv/bin/python bench/run.py --scenarios issue18 --client-bench 200000 --scale 0.5
+                                                        # issue 18's targets, one run
+    .venv/bin/python bench/run.py --brokers oncelog --scenarios issue18 --profile \
+        --flamegraphs bench/flamegraphs                 # one flame graph per scenario
     .venv/bin/python bench/run.py --brokers oncelog,oncelog-cluster3,kafka-cluster3 \
         --scenarios 1KiB-x200k-6p-rf1-acks1,1KiB-x200k-6p-rf3-acksall   # replication
 
@@ -28,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import brokers, machine, profiles  # noqa: E402
+from bench.report import problems, rate, results_table, targets_table  # noqa: E402
 from bench.scenarios import SCENARIOS, Scenario, select  # noqa: E402
+from bench.txn_stats import merge_txn_rates, without_samples  # noqa: E402
 
 logger = logging.getLogger("bench")
 
@@ -100,35 +105,6 @@ def run_workers(jobs: list[dict[str, Any]], log_path: Path) -> list[Result]:
                 for proc, job in zip(procs, jobs, strict=True)]
 
 
-def merge_txn_rates(results: list[Result]) -> Result:
-    """Concurrent transaction-rate results as one: transactions over the span from the first
-    worker's start to the last one's end; latency percentiles over every transaction."""
-    failed = [r for r in results if r.get("errors")]
-    if failed or not results:
-        return {"records": 0, "bytes": 0, "seconds": 0.0, "producers": len(results),
-                "errors": sum(int(r.get("errors", 1)) for r in failed) or 1,
-                "first_errors": [e for r in failed for e in r.get("first_errors", [])][:5]}
-    seconds = max(r["ended_at"] for r in results) - min(r["started_at"] for r in results)
-    latencies = sorted(x for r in results for x in r["latencies_ms"])
-    txns = sum(int(r["txns"]) for r in results)
-
-    def pct(p: float) -> float:
-        return float(latencies[min(len(latencies) - 1, int(p * len(latencies)))])
-
-    return {
-        "records": sum(int(r["records"]) for r in results),
-        "bytes": sum(int(r["bytes"]) for r in results),
-        "seconds": seconds,
-        "txns": txns,
-        "txn_per_s": txns / seconds,
-        "p50_ms": pct(0.50),
-        "p99_ms": pct(0.99),
-        "producers": len(results),
-        "errors": 0,
-        "first_errors": [],
-    }
-
-
 def cpu_seconds(pid: int | None) -> float | None:
     """User + system CPU seconds the process (and its reaped children) used so far, from
     /proc; None when it cannot be read. Stable on a noisy machine, unlike wall-clock rates."""
@@ -179,18 +155,32 @@ def run_txn_rate(
     running: brokers.Running, scenario: Scenario, base: dict[str, Any], scale: float,
     log_path: Path,
 ) -> Result:
-    """The transaction-rate phase: one worker, or ``scenario.producers`` at once (each on its
-    own partition), with the broker's CPU seconds over the whole phase."""
+    """The transaction-rate phase: ``scenario.producers`` producers at once, each on its own
+    partition, ``producers_per_process`` threads to a worker process; their merged result
+    with the broker's CPU seconds over the whole phase."""
     job = {**base, "phase": "txn-rate", "config": scenario.producer_config(),
-           "txns": scenario.scaled_txns(scale)}
-    if scenario.producers == 1:
-        return run_measured(running, job, log_path)
+           "txns": scenario.scaled_txns(scale), "client": scenario.client,
+           "two_phase": scenario.two_phase}
     before = cpu_snapshot(running)
     merged = merge_txn_rates(run_workers(
-        [{**job, "partition": p} for p in range(scenario.producers)], log_path
+        [{**job, "partitions": group} for group in scenario.worker_partitions()], log_path
     ))
     merged.update(cpu_delta(before, cpu_snapshot(running)))
-    return merged
+    return without_samples(merged)
+
+
+def run_ctp(
+    running: brokers.Running, scenario: Scenario, base: dict[str, Any], log_path: Path
+) -> Result:
+    """The consume-transform-produce phase over the input the produce phase wrote."""
+    output = f"{base['topic']}-out"
+    create_topic(running.bootstrap, output, scenario.partitions,
+                 scenario.replication_factor, dict(scenario.topic_config))
+    job = {**base, "phase": "ctp", "output_topic": output,
+           "commit_every": scenario.ctp_commit_every,
+           "config": {**scenario.producer_config(), "linger.ms": 5},
+           "consumer": {**scenario.consumer_config(), "isolation.level": "read_committed"}}
+    return run_measured(running, job, log_path)
 
 
 def run_one(
@@ -205,7 +195,8 @@ def run_one(
         outcome["skipped"] = (f"replication factor {scenario.replication_factor} on "
                               f"{brokers.SIZES[broker_name]} broker(s)")
         return outcome
-    running = brokers.start(broker_name, out_dir, f"{scenario.name}-{tag}", profile=profile)
+    running = brokers.start(broker_name, out_dir, f"{scenario.name}-{tag}", profile=profile,
+                            configs=scenario.broker_configs.get(broker_name))
     try:
         try:
             create_topic(running.bootstrap, topic, scenario.partitions,
@@ -227,6 +218,8 @@ def run_one(
              "txn_records": scenario.txn_records, "txn_interval_ms": scenario.txn_interval_ms},
             worker_log,
         )
+        if scenario.ctp_commit_every is not None:
+            outcome["ctp"] = run_ctp(running, scenario, base, worker_log)
         if scenario.consume:
             outcome["consume"] = run_measured(
                 running, {**base, "phase": "consume", "config": scenario.consumer_config()},
@@ -240,193 +233,6 @@ def run_one(
     return outcome
 
 
-def rate(result: Result | None) -> tuple[float, float] | None:
-    """(records/s, MB/s) of a phase result, None when it failed."""
-    if not result or result.get("errors") or not result.get("seconds"):
-        return None
-    seconds = result["seconds"]
-    return result["records"] / seconds, result["bytes"] / seconds / 1e6
-
-
-def median_phase(runs: list[dict[str, Any]], phase: str) -> Result | None:
-    """The run with the median records/s for a phase (failed runs excluded)."""
-    good = [r[phase] for r in runs if rate(r.get(phase)) is not None]
-    if not good:
-        return None
-    good.sort(key=lambda res: rate(res)[0])  # type: ignore[index]
-    return good[(len(good) - 1) // 2]
-
-
-def cpu_per(result: Result | None, unit: str, scale: float, key: str = "broker_cpu_s") -> str:
-    """Broker CPU milliseconds per ``unit`` of a phase result (per MB: unit "bytes", 1e6);
-    ``key`` another process's CPU (``etcd_cpu_s``)."""
-    if not result or result.get(key) is None or not result.get(unit):
-        return "—"
-    return f"{result[key] * 1000 / (result[unit] / scale):.2f}"
-
-
-def ratio_pairs(broker_names: list[str]) -> list[tuple[str, str]]:
-    """(oncelog run, other broker) pairs whose rates are compared: same broker count."""
-    ours = [n for n in broker_names if n.startswith("oncelog")]
-    return [(o, t) for o in ours for t in broker_names
-            if not t.startswith("oncelog") and brokers.SIZES[o] == brokers.SIZES[t]]
-
-
-def skipped(runs: list[dict[str, Any]]) -> bool:
-    """Every run of a (scenario, broker) skipped (replication factor above its size)."""
-    return bool(runs) and all("skipped" in r for r in runs)
-
-
-def fmt_int(value: float) -> str:
-    return f"{value:,.0f}"
-
-
-def results_table(
-    outcomes: list[dict[str, Any]], broker_names: list[str], scenarios: list[Scenario]
-) -> str:
-    by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for outcome in outcomes:
-        by_key[(outcome["scenario"], outcome["broker"])].append(outcome)
-    # oncelog's rate over each other broker's of the same size, e.g. "oncelog/Tansu".
-    pairs = ratio_pairs(broker_names)
-    header = ["scenario", "records", "phase"]
-    for name in broker_names:
-        label = brokers.LABELS[name]
-        header += [f"{label} records/s", f"{label} MB/s", f"{label} CPU ms/MB"]
-    header += [f"{brokers.LABELS[o]}/{brokers.LABELS[t]}" for o, t in pairs]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 3 + "---:|" * (len(header) - 3)]
-    joins = ["| scenario | " + " | ".join(f"{brokers.LABELS[n]} join s" for n in broker_names)
-             + " |", "|---|" + "---:|" * len(broker_names)]
-    rate_scenarios = [sc for sc in scenarios if sc.small_txns is not None]
-    for scenario in scenarios:
-        if scenario.small_txns is not None:
-            continue
-        join_cells = []
-        for phase in ("produce", "consume") if scenario.consume else ("produce",):
-            cells = [scenario.name, fmt_int(scenario_records(outcomes, scenario)), phase]
-            rates: dict[str, float] = {}
-            for name in broker_names:
-                chosen = median_phase(by_key[(scenario.name, name)], phase)
-                r = rate(chosen)
-                if skipped(by_key[(scenario.name, name)]):
-                    cells += ["n/a", "—", "—"]
-                elif r is None:
-                    cells += ["failed", "—", "—"]
-                else:
-                    rates[name] = r[0]
-                    cells += [fmt_int(r[0]), f"{r[1]:.1f}", cpu_per(chosen, "bytes", 1e6)]
-                if phase == "consume":
-                    join = chosen.get("join_seconds") if chosen else None
-                    join_cells.append(f"{join:.2f}" if join is not None else "—")
-            for ours, other in pairs:
-                ratio = (rates[ours] / rates[other]
-                         if ours in rates and other in rates else None)
-                cells.append(f"{ratio:.2f}" if ratio is not None else "—")
-            lines.append("| " + " | ".join(cells) + " |")
-        if join_cells:
-            joins.append(f"| {scenario.name} | " + " | ".join(join_cells) + " |")
-    parts = ["\n".join(lines)] if len(rate_scenarios) < len(scenarios) else []
-    if len(joins) > 2:
-        parts.append("Consumer group join (subscribe to partition assignment):\n\n"
-                     + "\n".join(joins))
-    parts.append(side_cpu_table(outcomes, scenarios))
-    if rate_scenarios:
-        parts.append(txn_rate_table(outcomes, broker_names, rate_scenarios))
-    return "\n\n".join(part for part in parts if part)
-
-
-def side_cpu_table(outcomes: list[dict[str, Any]], scenarios: list[Scenario]) -> str:
-    """etcd's CPU over each phase of the oncelog cluster runs (not in its broker CPU)."""
-    lines = ["etcd (the oncelog cluster's metadata service) over the same phases, not "
-             "included in the broker CPU above:", "",
-             "| scenario | broker | phase | etcd CPU s | etcd CPU ms/MB or ms/txn |",
-             "|---|---|---|---:|---:|"]
-    order = {s.name: i for i, s in enumerate(scenarios)}
-    rows = 0
-    for o in sorted(outcomes, key=lambda o: order.get(o["scenario"], 0)):
-        for phase in ("produce", "consume", "txn-rate"):
-            res = o.get(phase)
-            if not res or res.get("etcd_cpu_s") is None or res.get("errors"):
-                continue
-            unit = ("txns", 1.0) if phase == "txn-rate" else ("bytes", 1e6)
-            lines.append(f"| {o['scenario']} | {brokers.LABELS[o['broker']]} | {phase} "
-                         f"| {res['etcd_cpu_s']:.2f} | {cpu_per(res, *unit, key='etcd_cpu_s')} |")
-            rows += 1
-    return "\n".join(lines) if rows else ""
-
-
-def txn_rate_table(
-    outcomes: list[dict[str, Any]], broker_names: list[str], scenarios: list[Scenario]
-) -> str:
-    """Transactions/s and commit latency (begin to commit returned) per broker."""
-    lines = [
-        "Small transactions, one after the other (begin, sends, commit) in each producer;",
-        "with several producers, transactions/s is the total over all of them:",
-        "",
-        "| scenario | broker | producers | transactions | transactions/s "
-        "| oncelog/broker (txn/s) | p50 ms | p99 ms | broker CPU ms/txn |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    pairs = dict((t, o) for o, t in ratio_pairs(broker_names))
-    for scenario in scenarios:
-        chosen: dict[str, Result] = {}
-        not_run: set[str] = set()
-        for name in broker_names:
-            mine = [o for o in outcomes if o["scenario"] == scenario.name and o["broker"] == name]
-            if skipped(mine):
-                not_run.add(name)
-            runs = [o.get("txn-rate") for o in mine]
-            good = sorted((r for r in runs if r and not r.get("errors")),
-                          key=lambda r: r["txn_per_s"])
-            if good:
-                chosen[name] = good[(len(good) - 1) // 2]
-        for name in broker_names:
-            label = brokers.LABELS[name]
-            r = chosen.get(name)
-            if r is None:
-                state = "n/a" if name in not_run else "failed"
-                lines.append(f"| {scenario.name} | {label} | {scenario.producers} | — | {state} "
-                             "| — | — | — | — |")
-                continue
-            ours = chosen.get(pairs[name]) if name in pairs else None
-            ratio = (f"{ours['txn_per_s'] / r['txn_per_s']:.2f}"
-                     if ours is not None else "—")
-            lines.append(
-                f"| {scenario.name} | {label} | {scenario.producers} | {fmt_int(r['txns'])} "
-                f"| {r['txn_per_s']:,.0f} | {ratio} "
-                f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {cpu_per(r, 'txns', 1)} |"
-            )
-    return "\n".join(lines)
-
-
-def scenario_records(outcomes: list[dict[str, Any]], scenario: Scenario) -> int:
-    for outcome in outcomes:
-        if outcome["scenario"] == scenario.name:
-            return int(outcome["records"])
-    return 0
-
-
-def problems(outcomes: list[dict[str, Any]]) -> list[str]:
-    found = []
-    for o in outcomes:
-        if "skipped" in o:
-            continue
-        where = f"{o['broker']} {o['scenario']}"
-        phases = (("txn-rate",) if "txn-rate" in o
-                  else ("produce", "consume") if "consume" in o or "produce" not in o
-                  else ("produce",))
-        for phase in phases:
-            res = o.get(phase)
-            if res is None:
-                found.append(f"{where} {phase}: not run")
-            elif res.get("errors"):
-                found.append(f"{where} {phase}: {res['errors']} errors, e.g. "
-                             f"{'; '.join(res.get('first_errors', []))[:300]}")
-        if o.get("exit_code") not in (0, None):
-            found.append(f"{where}: broker exited with code {o['exit_code']} on SIGTERM")
-    return found
-
-
 def _shown(path: Path) -> str:
     try:
         return str(path.relative_to(REPO))
@@ -434,9 +240,16 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def profile_section(outcomes: list[dict[str, Any]], out_dir: Path) -> str:
-    folded = [Path(o["profile"]) for o in outcomes
-              if o.get("profile_kind") == "py-spy" and Path(o["profile"]).exists()]
+def profile_section(
+    outcomes: list[dict[str, Any]], out_dir: Path, flame_dir: Path | None = None
+) -> str:
+    """All py-spy profiles together, then one flame graph (in ``flame_dir``, or ``out_dir``)
+    and a top-functions table per scenario; or the cProfile summaries."""
+    folded_by: dict[str, list[Path]] = {}
+    for o in outcomes:
+        if o.get("profile_kind") == "py-spy" and Path(o["profile"]).exists():
+            folded_by.setdefault(o["scenario"], []).append(Path(o["profile"]))
+    folded = [path for paths in folded_by.values() for path in paths]
     pstats_files = [Path(o["profile"]) for o in outcomes
                     if o.get("profile_kind") == "cprofile" and Path(o["profile"]).exists()]
     parts = ["## Profile of the oncelog broker", ""]
@@ -444,16 +257,21 @@ def profile_section(outcomes: list[dict[str, Any]], out_dir: Path) -> str:
         stacks = profiles.read_folded(folded)
         svg = out_dir / "oncelog-flamegraph.svg"
         svg.write_text(profiles.flamegraph_svg(stacks, "oncelog serve, all scenarios"))
-        for path in folded:
-            path.with_suffix(".svg").write_text(
-                profiles.flamegraph_svg(profiles.read_folded([path]), path.stem)
-            )
         parts.append(
             f"py-spy, 100 samples/s, all scenarios together ({sum(stacks.values())} samples); "
-            f"flame graphs and folded stacks in `{_shown(out_dir)}/`."
+            f"folded stacks in `{_shown(out_dir)}/`."
         )
         parts.append("")
         parts.append(profiles.markdown(profiles.summarise(stacks), "Top functions by own samples:"))
+        for scenario, paths in folded_by.items():
+            mine = profiles.read_folded(paths)
+            target = (flame_dir or out_dir) / f"{scenario}.svg"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(profiles.flamegraph_svg(mine, f"oncelog serve, {scenario}"))
+            parts += ["", profiles.markdown(
+                profiles.summarise(mine, top=10),
+                f"`{scenario}`: {sum(mine.values())} samples, flame graph `{_shown(target)}`; "
+                "top functions by own samples:")]
     elif pstats_files:
         where = _shown(out_dir)
         parts.append(f"cProfile (py-spy could not attach); files in `{where}/`.")
@@ -473,11 +291,16 @@ def write_report(
     scenarios: list[Scenario],
     info: dict[str, str],
     out_dir: Path,
+    client: dict[str, Any] | None = None,
+    client_report: str | None = None,
 ) -> str:
     from bench.scenarios import BASE_CONSUMER, BASE_PRODUCER
 
     command = " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/run.py", *argv])
-    extras = [f"- `{s.name}`: {s.description}" for s in scenarios if s.description]
+    extras = [f"- `{s.name}`: {s.description}"
+              + "".join(f"; {brokers.LABELS.get(b, b)} broker configs `{json.dumps(dict(c))}`"
+                        for b, c in s.broker_configs.items())
+              for s in scenarios if s.description]
     text = [
         "# oncelog vs Tansu and Apache Kafka: produce and consume throughput",
         "",
@@ -514,6 +337,16 @@ def write_report(
         "(the group join, from `subscribe()` to the assignment, is listed separately).",
         "Broker CPU is the broker processes' user + system time over the phase, read from",
         "/proc (stable on a noisy machine, unlike the rates).",
+        *(["Transaction scenarios (bench/txn_workload.py): each producer has its own",
+           "transactional id and partition; several producers in one worker process run in",
+           "threads that start together once every producer is initialised. Consume-",
+           "transform-produce: confluent-kafka consumer (read_committed, a fresh group) and",
+           "transactional producer in one process, committing the consumed positions with",
+           "send_offsets_to_transaction. 2PC: oncelog.client's KIP-939 prepare/complete (the",
+           "Java client 4.4.0 has no prepareTransaction/completeTransaction, see",
+           "tests/java/harness/.../TxnClient.java); broker configs per scenario below."]
+          if any(s.small_txns is not None or s.ctp_commit_every is not None
+                 for s in scenarios) else []),
         "MB = 10^6 bytes of record values. "
         f"Repeats: {args.repeat} (median shown). Scale: {args.scale}.",
         *(["", *extras] if extras else []),
@@ -522,26 +355,56 @@ def write_report(
         "",
         results_table(outcomes, broker_names, scenarios),
     ]
+    if client_report:
+        text += ["", "## oncelog.client vs confluent-kafka (bench/client_bench.py, same run)",
+                 "", client_report.replace("## Client throughput", "Client throughput", 1)]
+    if args.targets:
+        text += ["", "## Targets (issue 18)", "", targets_table(outcomes, client)]
     found = problems(outcomes)
     if found:
         text += ["", "## Problems", "", *[f"- {p}" for p in found]]
     if args.profile:
-        text += ["", profile_section(outcomes, out_dir),
+        text += ["", profile_section(outcomes, out_dir, args.flamegraphs),
                  "", "(Profiling slows oncelog down; its numbers above are not comparable.)"]
     return "\n".join(text) + "\n"
+
+
+def run_client_bench(records: int, out_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """bench/client_bench.py with oncelog.client and confluent-kafka (its own fresh oncelog
+    broker, ``records`` x 1 KiB): its raw results and its markdown report, or (None, a line
+    saying why not) when it failed."""
+    raw, markdown = out_dir / "client-bench.json", out_dir / "client-bench.md"
+    argv = [sys.executable, str(REPO / "bench" / "client_bench.py"), "--clients",
+            "oncelog,confluent-kafka", "--records", str(records), "--json", str(raw),
+            "--output", str(markdown)]
+    logger.info("client_bench: %d records x 1 KiB, oncelog.client and confluent-kafka", records)
+    with open(out_dir / "client-bench.log", "ab") as log:
+        done = subprocess.run(argv, stdout=log, stderr=log, cwd=REPO, check=False)
+    if done.returncode != 0 or not raw.exists():
+        return None, (f"bench/client_bench.py failed (exit {done.returncode}), see "
+                      f"`{_shown(out_dir / 'client-bench.log')}`")
+    return json.loads(raw.read_text()), markdown.read_text().strip()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--brokers", default="oncelog,tansu,kafka")
     parser.add_argument("--scenarios", default=None,
-                        help="comma-separated names, or 'all' (default: the default set)")
+                        help="comma-separated names, 'all', or a named selection (issue18: "
+                        "also --targets); default: the default set")
     parser.add_argument("--scale", type=float, default=1.0, help="share of the records")
     parser.add_argument("--repeat", type=int, default=1, help="runs per scenario (median)")
     parser.add_argument("--profile", action="store_true", help="profile oncelog with py-spy")
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "RESULTS.md")
     parser.add_argument("--out-dir", type=Path, default=REPO / "bench" / "out")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument("--flamegraphs", type=Path, default=None,
+                        help="with --profile: write each scenario's flame graph here")
+    parser.add_argument("--client-bench", type=int, default=0, metavar="RECORDS",
+                        help="also run bench/client_bench.py (oncelog.client and "
+                        "confluent-kafka, RECORDS x 1 KiB) and report it")
+    parser.add_argument("--targets", action="store_true",
+                        help="add the table of issue 18's targets")
     return parser.parse_args(argv)
 
 
@@ -560,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         if name not in brokers.BROKERS:
             raise SystemExit(f"unknown broker {name!r}; known: {', '.join(brokers.BROKERS)}")
     scenarios = select(args.scenarios)
+    args.targets = args.targets or args.scenarios == "issue18"
     run_id = time.strftime("%Y%m%d-%H%M%S")
     out_dir = (args.out_dir / run_id).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -596,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
                     logger.info("  %s: %s", phase,
                                 f"{r[0]:,.0f} records/s, {r[1]:.1f} MB/s" if r else "FAILED")
     (out_dir / "results.json").write_text(json.dumps(outcomes, indent=2))
+    client, client_report = (run_client_bench(args.client_bench, out_dir)
+                             if args.client_bench else (None, None))
 
     tansu_version = None
     if "tansu" in broker_names:
@@ -614,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         from oncelog.harness.etcd import etcd_binary
 
         info["etcd"] = machine._run(etcd_binary(), "--version").splitlines()[0]
-    report = write_report(args, argv, outcomes, broker_names, scenarios, info, out_dir)
+    report = write_report(args, argv, outcomes, broker_names, scenarios, info, out_dir,
+                          client, client_report)
     print(report)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(report)

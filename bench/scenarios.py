@@ -49,8 +49,23 @@ class Scenario:
     """A transaction-rate scenario: this many transactions of ``records`` records each,
     one after the other, each committed before the next begins (no consume phase)."""
     producers: int = 1
-    """Transaction-rate scenarios: this many producer processes at once, each with its own
+    """Transaction-rate scenarios: this many producers at once, each with its own
     transactional id and partition (``partitions`` must be at least this many)."""
+    producers_per_process: int = 1
+    """Transaction-rate scenarios: producers per worker process, each in its own thread
+    (confluent-kafka releases the GIL while it waits), so 32 producers need not be 32
+    interpreters on a 2-core machine."""
+    client: str = "confluent-kafka"
+    """Transaction-rate scenarios: ``confluent-kafka`` or ``oncelog`` (oncelog.client)."""
+    two_phase: bool = False
+    """Transaction-rate scenarios with oncelog.client: KIP-939 two-phase commit, each
+    transaction ended by ``prepare_transaction`` then ``complete_transaction``."""
+    ctp_commit_every: int | None = None
+    """A consume-transform-produce scenario: the produce phase fills the input topic, then one
+    read_committed consumer in a group and a transactional producer turn each input record
+    into a derived one, committing (with the consumed offsets) every this many records."""
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Broker configs per broker name (bench/brokers.py BROKERS), e.g. to enable 2PC."""
     replication_factor: int = 1
     """The topic's; brokers with fewer nodes (bench/brokers.py SIZES) skip the scenario."""
     topic_config: Mapping[str, str] = field(default_factory=dict)
@@ -68,9 +83,25 @@ class Scenario:
     def scaled_txns(self, scale: float) -> int:
         return max(100, round((self.small_txns or 0) * scale))
 
+    def worker_partitions(self) -> list[list[int]]:
+        """Transaction-rate scenarios: the partitions (one per producer) of each worker
+        process, ``producers_per_process`` to a process."""
+        step = self.producers_per_process
+        return [list(range(first, min(first + step, self.producers)))
+                for first in range(0, self.producers, step)]
+
     @property
     def transactional(self) -> bool:
         return bool(self.txn_records or self.txn_interval_ms or self.small_txns)
+
+    def __post_init__(self) -> None:
+        if self.producers > self.partitions and self.small_txns is not None:
+            raise ValueError(f"{self.name}: {self.producers} producers on "
+                             f"{self.partitions} partitions")
+        if self.client not in ("confluent-kafka", "oncelog"):
+            raise ValueError(f"{self.name}: unknown client {self.client!r}")
+        if self.two_phase and self.client != "oncelog":
+            raise ValueError(f"{self.name}: two-phase commit is run with oncelog.client")
 
     def producer_config(self) -> dict[str, Any]:
         return {**BASE_PRODUCER, **self.producer}
@@ -80,6 +111,8 @@ class Scenario:
 
 
 SCENARIOS: dict[str, Scenario] = {}
+SELECTIONS: dict[str, tuple[str, ...]] = {}
+"""Named sets of scenarios (``--scenarios NAME``), e.g. what an issue's targets need."""
 
 
 def register(scenario: Scenario) -> Scenario:
@@ -90,11 +123,14 @@ def register(scenario: Scenario) -> Scenario:
 
 
 def select(spec: str | None) -> list[Scenario]:
-    """``None``: the default set; ``all``; or comma-separated names."""
+    """``None``: the default set; ``all``; a named selection (SELECTIONS); or
+    comma-separated names."""
     if not spec:
         return [s for s in SCENARIOS.values() if s.default]
     if spec == "all":
         return list(SCENARIOS.values())
+    if spec in SELECTIONS:
+        return [SCENARIOS[name] for name in SELECTIONS[spec]]
     chosen = []
     for name in (part.strip() for part in spec.split(",")):
         if name not in SCENARIOS:
@@ -217,4 +253,77 @@ register(
         description="txn-rate-10x100B-1p on a replication-factor-3 topic "
         "(min.insync.replicas=2; the transaction log is replicated too)",
     )
+)
+
+# Issue 18 ("Measure first"): small transactions with 1, 8 and 32 producers, consume-transform-
+# produce with read_committed input, and KIP-939 two-phase commit.
+register(
+    dataclasses.replace(
+        SCENARIOS["txn-rate-10x100B-8p-8producers"],
+        name="txn-rate-10x100B-32p-32producers",
+        partitions=32,
+        small_txns=150,
+        producers=32,
+        producers_per_process=4,
+        description="32 producers at once, 4 threads in each of 8 processes, each its own "
+        "transactional id and partition, each doing 150 small transactions of 10 x 100 B "
+        "one after the other; aggregate transactions/s",
+    )
+)
+register(
+    Scenario(
+        "ctp-100B-x50k-4p-commit100",
+        50_000,
+        100,
+        4,
+        producer={"enable.idempotence": True},
+        txn_records=1000,
+        ctp_commit_every=100,
+        consume=False,
+        default=False,
+        description="consume-transform-produce: the input (4 partitions) filled by a "
+        "transactional producer committing every 1000 records; then one confluent-kafka "
+        "read_committed consumer in a group and a transactional producer write one derived "
+        "record per input record (value reversed, same partition) to a 4-partition output "
+        "topic, with send_offsets_to_transaction and a commit every 100 input records",
+    )
+)
+TWO_PHASE_BROKER_CONFIGS: Mapping[str, Mapping[str, str]] = {
+    "oncelog": {"transaction.two.phase.commit.enable": "true"},
+    # Kafka 4.4 serves InitProducerId v6 (enable2Pc) only with unstable API versions.
+    "kafka": {"transaction.two.phase.commit.enable": "true",
+              "unstable.api.versions.enable": "true"},
+}
+register(
+    dataclasses.replace(
+        SCENARIOS["txn-rate-10x100B-1p"],
+        name="txn-rate-10x100B-1p-oncelog-client",
+        small_txns=1000,
+        client="oncelog",
+        description="txn-rate-10x100B-1p with oncelog.client instead of confluent-kafka "
+        "(1000 transactions; the baseline of the 2PC scenario)",
+    )
+)
+register(
+    dataclasses.replace(
+        SCENARIOS["txn-rate-10x100B-1p-oncelog-client"],
+        name="2pc-rate-10x100B-1p",
+        producer={"enable.idempotence": True, "linger.ms": 0,
+                  "transaction.two.phase.commit.enable": True},
+        two_phase=True,
+        broker_configs=TWO_PHASE_BROKER_CONFIGS,
+        description="KIP-939 two-phase commit with oncelog.client "
+        "(transaction.two.phase.commit.enable=true on client and broker): 1000 transactions "
+        "of 10 x 100 B, each begin, sends, prepare_transaction, complete_transaction "
+        "(commit); the time per transaction is begin to complete",
+    )
+)
+SELECTIONS["issue18"] = (
+    "1KiB-x200k-1p",
+    "txn-rate-10x100B-1p",
+    "txn-rate-10x100B-8p-8producers",
+    "txn-rate-10x100B-32p-32producers",
+    "ctp-100B-x50k-4p-commit100",
+    "txn-rate-10x100B-1p-oncelog-client",
+    "2pc-rate-10x100B-1p",
 )

@@ -1,7 +1,8 @@
 """One benchmark phase in its own process: ``python -m bench.workload '<json job>'``.
 
 The job is ``{"phase": "produce"|"consume", "bootstrap", "topic", "records",
-"record_size", "config": {...}, "txn_records": int|null, "timeout": seconds}``; the result is
+"record_size", "config": {...}, "txn_records": int|null, "timeout": seconds}`` (or a phase of
+bench/txn_workload.py: "txn-rate", "ctp"); the result is
 one JSON line on stdout. Produce time runs from the first ``produce()`` to the return of the
 final ``flush()``. Consume time runs from the moment the group assigns the partitions (the
 end of the group join) to the last record; the join itself (``subscribe()`` to assignment)
@@ -18,6 +19,8 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
+
+from bench import txn_workload
 
 
 def produce(job: dict[str, Any]) -> dict[str, Any]:
@@ -84,53 +87,6 @@ def produce(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def txn_rate(job: dict[str, Any]) -> dict[str, Any]:
-    """Small transactions one after the other: begin, N sends, commit; time each commit."""
-    errors: list[str] = []
-    config = {
-        "bootstrap.servers": job["bootstrap"],
-        **job["config"],
-        "transactional.id": f"bench-{uuid.uuid4().hex[:12]}",
-        "error_cb": lambda err: errors.append(f"client: {err}") if err.fatal() else None,
-    }
-    producer = Producer(config)
-    producer.init_transactions(30)
-    value = os.urandom(job["record_size"])
-    per_txn, txns = job["records"], job["txns"]
-    latencies: list[float] = []
-    partition = job.get("partition")
-    extra = {} if partition is None else {"partition": partition}
-    started_at = time.time()
-    start = time.perf_counter()
-    for _ in range(txns):
-        began = time.perf_counter()
-        producer.begin_transaction()
-        for _ in range(per_txn):
-            producer.produce(job["topic"], value, **extra)
-        producer.commit_transaction(30)
-        latencies.append(time.perf_counter() - began)
-    seconds = time.perf_counter() - start
-    latencies.sort()
-
-    def pct(p: float) -> float:
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
-
-    return {
-        "records": txns * per_txn,
-        "bytes": txns * per_txn * len(value),
-        "seconds": seconds,
-        "txns": txns,
-        "txn_per_s": txns / seconds,
-        "started_at": started_at,
-        "ended_at": started_at + seconds,
-        "latencies_ms": [round(x * 1000, 3) for x in latencies],
-        "p50_ms": pct(0.50),
-        "p99_ms": pct(0.99),
-        "errors": len(errors),
-        "first_errors": errors[:5],
-    }
-
-
 def consume(job: dict[str, Any]) -> dict[str, Any]:
     config = {
         "bootstrap.servers": job["bootstrap"],
@@ -183,7 +139,8 @@ def consume(job: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     job = json.loads(argv[1])
     try:
-        phases = {"produce": produce, "consume": consume, "txn-rate": txn_rate}
+        phases = {"produce": produce, "consume": consume, "txn-rate": txn_workload.txn_rate,
+                  "ctp": txn_workload.ctp}
         result = phases[job["phase"]](job)
     except KafkaException as exc:
         result = {"records": 0, "bytes": 0, "seconds": 0.0, "errors": 1,

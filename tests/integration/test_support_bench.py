@@ -1,4 +1,5 @@
-"""The benchmark harness's pure parts: scenario registry, profile summary, report table."""
+"""The benchmark harness: scenario registry, profile summary, report table (pure), and the
+transactional workers against a real broker."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from bench import profiles
-from bench.run import median_phase, problems, rate, ratio_pairs, results_table
+from bench.report import median_phase, problems, rate, ratio_pairs, results_table
+from bench.run import create_topic, run_worker
 from bench.scenarios import BASE_PRODUCER, SCENARIOS, Scenario, select
+from tests.conftest import BrokerFactory
 
 
 def test_default_scenarios_are_the_four_throughput_runs() -> None:
@@ -102,3 +105,41 @@ def test_cluster_runs_compare_with_their_own_size_and_skip_what_does_not_fit() -
         in table
     assert "consume" not in table and "join" not in table
     assert problems(outcomes) == []
+
+
+@pytest.mark.integration
+def test_issue18_workloads_against_a_real_broker(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    """The transactional phases of bench/txn_workload.py, each in its own worker process as
+    bench/run.py runs them, against ``oncelog serve``: producers in threads, 2PC through
+    oncelog.client, and consume-transform-produce with read_committed input."""
+    broker = broker_factory(configs={"transaction.two.phase.commit.enable": True})
+    out = tmp_path / "bench-workers.log"
+    create_topic(broker.bootstrap, "rate", 2)
+    threads = SCENARIOS["txn-rate-10x100B-32p-32producers"]
+    base = {"bootstrap": broker.bootstrap, "topic": "rate", "records": 3, "record_size": 100,
+            "timeout": 60.0, "phase": "txn-rate", "txns": 5}
+    two = run_worker({**base, "config": threads.producer_config(), "partitions": [0, 1]}, out)
+    assert (two["errors"], two["producers"], two["txns"], two["records"]) == (0, 2, 10, 30)
+    assert len(two["latencies_ms"]) == 10 and two["ended_at"] > two["started_at"]
+    two_pc = SCENARIOS["2pc-rate-10x100B-1p"]
+    prepared = run_worker({**base, "config": two_pc.producer_config(), "partitions": [1],
+                           "client": "oncelog", "two_phase": True}, out)
+    assert prepared["errors"] == 0 and len(prepared["prepare_ms"]) == 5
+    ctp = SCENARIOS["ctp-100B-x50k-4p-commit100"]
+    create_topic(broker.bootstrap, "in", 2)
+    create_topic(broker.bootstrap, "in-out", 2)
+    filled = run_worker({**base, "phase": "produce", "topic": "in", "records": 250,
+                         "config": ctp.producer_config(), "txn_records": 100}, out)
+    assert filled["errors"] == 0
+    done = run_worker({**base, "phase": "ctp", "topic": "in", "output_topic": "in-out",
+                       "records": 250, "commit_every": 100, "config": ctp.producer_config(),
+                       "consumer": {**ctp.consumer_config(), "isolation.level":
+                                    "read_committed"}}, out)
+    # 250 input records: commits after 100, 200 and the last 50.
+    assert (done["errors"], done["records"], done["txns"]) == (0, 250, 3), done
+    read = run_worker({**base, "phase": "consume", "topic": "in-out", "records": 250,
+                       "config": {**ctp.consumer_config(), "isolation.level": "read_committed"}},
+                      out)
+    assert (read["errors"], read["records"], read["bytes"]) == (0, 250, 25_000)
