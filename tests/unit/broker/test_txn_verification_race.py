@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -97,6 +97,13 @@ def new_broker(tmp_path: Path) -> Broker:
     return Broker(registry, groups, verifier, svc)
 
 
+def run(call: Awaitable[Any]) -> Any:
+    async def main() -> Any:
+        return await call
+
+    return asyncio.run(main())
+
+
 # -- produce ------------------------------------------------------------------------------
 
 
@@ -110,8 +117,8 @@ def send_produce(broker: Broker, version: int, seq: int = 0) -> Any:
         topic_data=(make(mod.TopicProduceData, name="t", partition_data=(
             make(mod.PartitionProduceData, index=0, records=data),)),),
     )
-    response = asyncio.run(produce_api.handle_produce(broker.context(versions.PRODUCE, version),
-                                                  request))
+    response = run(produce_api.handle_produce(broker.context(versions.PRODUCE, version),
+                                              request))
     ((answer,),) = [t.partition_responses for t in response.responses]
     return answer
 
@@ -120,7 +127,11 @@ def send_produce(broker: Broker, version: int, seq: int = 0) -> Any:
 def test_a_marker_during_verification_refuses_the_produce(tmp_path: Path, version: int) -> None:
     broker = new_broker(tmp_path)
     partition = broker.registry.get("t", 0)
-    broker.verifier.before_answer = lambda: partition.append_marker(PID, EPOCH, 0, commit=False)
+
+    def abort() -> None:
+        partition.append_marker(PID, EPOCH, 0, commit=False)
+
+    broker.verifier.before_answer = abort
     answer = send_produce(broker, version)
     assert answer.error_code == ErrorCode.invalid_txn_state
     # Nothing was appended after the marker: no transaction is left open, the LSO is free.
@@ -160,7 +171,7 @@ def txn_offset_commit(broker: Broker, version: int) -> ErrorCode:
                  committed_leader_epoch=-1, committed_metadata=""),)),),
     )
     ctx = broker.context(versions.TXN_OFFSET_COMMIT, version)
-    response = asyncio.run(group_api.handle_txn_offset_commit(ctx, request))
+    response = run(group_api.handle_txn_offset_commit(ctx, request))
     ((answer,),) = [t.partitions for t in response.topics]
     return ErrorCode(answer.error_code)
 
