@@ -29,6 +29,9 @@ the request's api key. Responses on one connection keep their order (Kafka's gua
   that idempotent producers and transactions must survive;
 - to *drop* a request: the broker never sees it, and the connection is cut;
 - to *delay* a response holds it (and so every later response on that connection);
+- to *hold* requests or responses of an api key (``hold_requests``, ``hold_responses``)
+  keeps them back until the rules change: a held response has been answered by the broker
+  and counted (``responses_held``), but the client has not heard it yet;
 - ``cut_after_bytes`` closes a connection once that many bytes (both directions together)
   have been forwarded on it, in the middle of a frame if that is where the limit falls;
 - ``refuse`` closes new connections at once; ``cut_all()`` closes the current ones.
