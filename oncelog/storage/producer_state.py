@@ -30,12 +30,9 @@ storage/src/main/java/org/apache/kafka/storage/internals/log/), for data batches
 - same epoch → the first sequence must follow the last one (int32 wrap-around: after
   2147483647 comes 0), else OUT_OF_ORDER_SEQUENCE_NUMBER;
 - a non-transactional batch while the producer has a transaction open → INVALID_TXN_STATE;
-- with ``transaction_verification`` (the broker's ``transaction.partition.verification.enable``,
-  KIP-890 part 1), a transactional batch from a client or coordinator that does not continue
-  a transaction open here at its epoch must present the verification guard recorded by
-  ``maybe_start_verification`` before the coordinator was asked, else INVALID_TXN_STATE
-  (Kafka's ``UnifiedLog.analyzeAndValidateProducerState``): a marker or another transactional
-  batch of the producer written since removed the guard (``oncelog.storage.verification``).
+- with ``transaction_verification`` (KIP-890), a transactional batch not continuing a
+  transaction open here at its epoch must present the guard ``maybe_start_verification``
+  gave, else INVALID_TXN_STATE (``oncelog.storage.verification``).
 
 The duplicate check runs first, against the committed state only: same epoch and the same
 (first, last) sequence range as one of the last 5 appended batches.
@@ -58,7 +55,7 @@ from oncelog.storage.producer_entry import (
     ProducerStateEntry,
     next_sequence,
 )
-from oncelog.storage.verification import SENTINEL, VerificationGuard, VerificationStateEntry
+from oncelog.storage.verification import SENTINEL, VerificationGuard, Verifications
 
 __all__ = ["ProducerStateManager"]
 
@@ -93,7 +90,7 @@ class ProducerStateManager:
         # it from transaction.partition.verification.enable; off for a bare engine.
         self.transaction_verification = transaction_verification
         self._producers: dict[int, ProducerStateEntry] = {}
-        self._verifications: dict[int, VerificationStateEntry] = {}
+        self._verifications = Verifications()
         self._map_end_offset = 0  # the offset after the last batch applied by update()
         self._last_snapshot_offset: int | None = None
 
@@ -245,12 +242,10 @@ class ProducerStateManager:
     def maybe_start_verification(
         self, producer_id: int, producer_epoch: int
     ) -> VerificationGuard:
-        """Before the transaction coordinator is asked whether this partition is in the
-        producer's transaction: the guard the first append must present (Kafka's
-        ``UnifiedLog.maybeStartTransactionVerification``). ``SENTINEL`` when the producer's
-        transaction is already open here at this epoch (its appends need no guard); the
-        same guard again while one verification is open; INVALID_PRODUCER_EPOCH for an
-        epoch older than the producer's here."""
+        """The guard a transaction's first append must present, taken before the
+        coordinator is asked (Kafka's ``UnifiedLog.maybeStartTransactionVerification``):
+        SENTINEL if the transaction is open here at this epoch; INVALID_PRODUCER_EPOCH for
+        an epoch older than the producer's here."""
         entry = self._producers.get(producer_id)
         if entry is not None and producer_epoch < entry.producer_epoch:
             raise KafkaError(
@@ -260,18 +255,11 @@ class ProducerStateManager:
             )
         if self.has_ongoing_transaction(producer_id, producer_epoch):
             return SENTINEL
-        state = self._verifications.get(producer_id)
-        if state is None:
-            state = self._verifications[producer_id] = VerificationStateEntry(
-                self._clock.now_ms(), producer_epoch
-            )
-        state.maybe_update_epoch(producer_epoch)
-        return state.guard
+        return self._verifications.start(producer_id, producer_epoch, self._clock.now_ms())
 
     def verification_guard(self, producer_id: int) -> VerificationGuard:
         """The producer's open verification guard, ``SENTINEL`` if none."""
-        state = self._verifications.get(producer_id)
-        return SENTINEL if state is None else state.guard
+        return self._verifications.guard(producer_id)
 
     def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
         """Whether the producer has a transaction open here at ``producer_epoch``."""
@@ -289,13 +277,6 @@ class ProducerStateManager:
             return
         if self.verification_guard(producer_id).verify(presented):
             return
-        logger.info(
-            "transactional batch refused partition=%s producer_id=%d epoch=%d: not part of "
-            "an ongoing transaction (its verification guard %s)", self.partition,
-            producer_id, producer_epoch,
-            "was never taken" if presented is SENTINEL else "is gone: a marker or another "
-            "transactional batch of the producer was written since",
-        )
         raise KafkaError(
             ErrorCode.invalid_txn_state,
             f"partition {self.partition}: Record was not part of an ongoing transaction "
@@ -331,7 +312,7 @@ class ProducerStateManager:
         )
         if header.is_transactional:
             # Data in the transaction (or, below, its marker): the guard has served.
-            self._verifications.pop(pid, None)
+            self._verifications.clear(pid)
             if entry.current_txn_first_offset is None:
                 entry.current_txn_first_offset = header.base_offset
         if header.next_offset > self._map_end_offset:
@@ -384,7 +365,7 @@ class ProducerStateManager:
             entry.producer_epoch = producer_epoch
         entry.coordinator_epoch = coordinator_epoch
         entry.current_txn_first_offset = None
-        self._verifications.pop(producer_id, None)
+        self._verifications.clear(producer_id)
         entry.last_timestamp = timestamp
         if offset + 1 > self._map_end_offset:
             self._map_end_offset = offset + 1
@@ -449,9 +430,7 @@ class ProducerStateManager:
         for pid in expired:
             del self._producers[pid]
         # Verifications that never led to an append (Kafka expires them with producers).
-        for pid in [pid for pid, v in self._verifications.items()
-                    if now - v.timestamp >= limit]:
-            del self._verifications[pid]
+        self._verifications.expire(now, limit)
         if expired:
             logger.info(
                 "expired producer ids partition=%s count=%d ids=%s",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-__all__ = ["SENTINEL", "VerificationGuard", "VerificationStateEntry"]
+__all__ = ["SENTINEL", "VerificationGuard", "VerificationStateEntry", "Verifications"]
 
 _ids = itertools.count(1)
 
@@ -53,3 +53,36 @@ class VerificationStateEntry:
     def maybe_update_epoch(self, epoch: int) -> None:
         if epoch > self.epoch:
             self.epoch = epoch
+
+
+class Verifications:
+    """The open verifications of one partition, by producer id (Kafka's
+    ``ProducerStateManager.verificationStates``)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[int, VerificationStateEntry] = {}
+
+    def start(self, producer_id: int, producer_epoch: int, now_ms: int) -> VerificationGuard:
+        """The producer's guard: the open one (its epoch raised if newer), else a new one."""
+        entry = self._entries.get(producer_id)
+        if entry is None:
+            entry = self._entries[producer_id] = VerificationStateEntry(now_ms, producer_epoch)
+        entry.maybe_update_epoch(producer_epoch)
+        return entry.guard
+
+    def guard(self, producer_id: int) -> VerificationGuard:
+        """The producer's open guard, ``SENTINEL`` if none."""
+        entry = self._entries.get(producer_id)
+        return SENTINEL if entry is None else entry.guard
+
+    def clear(self, producer_id: int) -> None:
+        """A transactional batch or marker of the producer was written: the guard is gone."""
+        self._entries.pop(producer_id, None)
+
+    def expire(self, now_ms: int, limit_ms: int) -> None:
+        """Forget verifications started ``limit_ms`` ago or more that led to no append."""
+        for producer_id in [p for p, e in self._entries.items()
+                            if now_ms - e.timestamp >= limit_ms]:
+            del self._entries[producer_id]
