@@ -321,6 +321,10 @@ _BROKER_KEYS = [
          "often timed-out transactions are aborted.", at_least=1),
     _key("transaction.remove.expired.transaction.cleanup.interval.ms", INT, 3600000, "How "
          "often expired transactional ids are removed.", at_least=1),
+    _key("transaction.partition.verification.enable", B, True, "A transaction's first "
+         "append to a partition must present the verification guard taken before its "
+         "coordinator was asked (KIP-890); refused with INVALID_TXN_STATE if a marker "
+         "came between."),
     _key("transaction.two.phase.commit.enable", B, False, "Allow two-phase-commit "
          "transactions (KIP-939)."),
     _key("transaction.version", INT, 2, "The transaction.version feature level this broker "

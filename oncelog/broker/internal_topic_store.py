@@ -32,6 +32,7 @@ from oncelog.records.codec import encode_batch as encode_records
 from oncelog.records.control import decode_control
 from oncelog.records.validate import validate_batches
 from oncelog.storage.engine import AppendOrigin
+from oncelog.storage.verification import SENTINEL, VerificationGuard
 
 if TYPE_CHECKING:
     from oncelog.broker.cluster.replica_manager import ReplicaManager
@@ -69,10 +70,18 @@ class InternalTopicStore:
         records: list[tuple[bytes, bytes | None]],
         producer_id: int,
         producer_epoch: int,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> int:
         return self._append(
-            partition, records, producer_id=producer_id, producer_epoch=producer_epoch
+            partition, records, producer_id=producer_id, producer_epoch=producer_epoch,
+            verification_guard=verification_guard,
         )
+
+    def maybe_start_transaction_verification(
+        self, partition: int, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard:
+        target = self.registry.get(self.topic, partition)
+        return target.maybe_start_transaction_verification(producer_id, producer_epoch)
 
     async def wait_for_isr(
         self, partition: int, required_offset: int, timeout_ms: int
@@ -90,6 +99,7 @@ class InternalTopicStore:
         *,
         producer_id: int = -1,
         producer_epoch: int = -1,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> int:
         target = self.registry.get(self.topic, partition)
         if not records:
@@ -106,7 +116,8 @@ class InternalTopicStore:
         headers = validate_batches(batch, max_batch_bytes=NO_LIMIT, allow_control=True)
         if self.replication is not None:
             self.replication.check_min_isr(target, -1)
-        result = target.append(batch, headers, origin=AppendOrigin.COORDINATOR)
+        result = target.append(batch, headers, origin=AppendOrigin.COORDINATOR,
+                               verification_guard=verification_guard)
         if target.config.flush_messages <= 1:
             target.flush()
         return result.last_offset + 1

@@ -24,6 +24,7 @@ from oncelog.storage.engine import AppendOrigin, FetchResult, IsolationLevel
 from oncelog.storage.log import AppendResult
 from oncelog.storage.producer_state import ProducerInfo
 from oncelog.storage.unified_log import UnifiedLog
+from oncelog.storage.verification import SENTINEL, VerificationGuard
 
 log = logging.getLogger(__name__)
 
@@ -193,10 +194,12 @@ class Partition:
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         log_append_time_ms: int | None = None,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> AppendResult:
         before = self._offsets()
         result = self.log.append(
-            buf, headers, origin=origin, log_append_time_ms=log_append_time_ms
+            buf, headers, origin=origin, log_append_time_ms=log_append_time_ms,
+            verification_guard=verification_guard,
         )
         self._maybe_wake(before)
         if self.append_listener is not None and origin is not AppendOrigin.REPLICATION:
@@ -246,6 +249,14 @@ class Partition:
 
     def has_open_transaction(self, producer_id: int) -> bool:
         return self.log.has_open_transaction(producer_id)
+
+    def maybe_start_transaction_verification(
+        self, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard:
+        """The guard the producer's first transactional append here must present, taken
+        before its transaction coordinator is asked (KIP-890 part 1; SENTINEL if its
+        transaction is already open here at that epoch)."""
+        return self.raw_log.maybe_start_transaction_verification(producer_id, producer_epoch)
 
     def offset_for_timestamp(
         self, timestamp_ms: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED

@@ -150,6 +150,9 @@ class PartitionRegistry:
             # the replica's role (leader or follower, at which epoch) comes from the metadata.
             auto_high_watermark=not self.hosted_only,
             leader_epoch=None if self.hosted_only else 0,
+            transaction_verification=bool(
+                self.config["transaction.partition.verification.enable"]
+            ),
         )
 
     def _open_partition(

@@ -29,6 +29,9 @@ the request's api key. Responses on one connection keep their order (Kafka's gua
   that idempotent producers and transactions must survive;
 - to *drop* a request: the broker never sees it, and the connection is cut;
 - to *delay* a response holds it (and so every later response on that connection);
+- to *hold* requests or responses of an api key (``hold_requests``, ``hold_responses``)
+  keeps them back until the rules change: a held response has been answered by the broker
+  and counted (``responses_held``), but the client has not heard it yet;
 - ``cut_after_bytes`` closes a connection once that many bytes (both directions together)
   have been forwarded on it, in the middle of a frame if that is where the limit falls;
 - ``refuse`` closes new connections at once; ``cut_all()`` closes the current ones.
@@ -104,6 +107,10 @@ class FaultRules:
     hold_requests: frozenset[int] = frozenset()
     """Api keys whose requests are held back (not forwarded) while these rules are in force;
     a held request goes on when the rules change, or dies with its connection."""
+    hold_responses: frozenset[int] = frozenset()
+    """Api keys whose responses (and so every later response on their connection) are held
+    back while these rules are in force: the broker has answered, the client has not heard
+    yet; a held response goes on when the rules change, or dies with its connection."""
     cut_after_bytes: int | None = None
     """Cut a connection after it has forwarded this many bytes (both directions)."""
     refuse: bool = False
@@ -137,6 +144,8 @@ class ProxyStats:
     requests_dropped: Mapping[int, int]
     responses_dropped: Mapping[int, int]
     responses_delayed: Mapping[int, int]
+    responses_held: Mapping[int, int]
+    """Responses that arrived while ``hold_responses`` held their api key."""
     in_flight: Mapping[int, int]
     """Requests forwarded to the broker on open connections and not answered by it yet."""
     bytes_to_upstream: int
@@ -210,6 +219,7 @@ class FaultProxy:
         self._requests_dropped: Counter[int] = Counter()
         self._responses_dropped: Counter[int] = Counter()
         self._responses_delayed: Counter[int] = Counter()
+        self._responses_held: Counter[int] = Counter()
         self._in_flight: Counter[int] = Counter()
         self._connections: dict[int, _Connection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -288,6 +298,7 @@ class FaultProxy:
                 requests_dropped=_frozen(self._requests_dropped),
                 responses_dropped=_frozen(self._responses_dropped),
                 responses_delayed=_frozen(self._responses_delayed),
+                responses_held=_frozen(self._responses_held),
                 in_flight=_frozen(+self._in_flight),
                 bytes_to_upstream=c["bytes_up"],
                 bytes_to_client=c["bytes_down"],
@@ -436,6 +447,8 @@ class FaultProxy:
                 wait = release_at - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
+                while api_key in self.rules.hold_responses:
+                    await asyncio.sleep(0.01)
                 with self._lock:
                     self._responses[api_key] += 1
                 await self._forward(connection, connection.client_writer, frame, "bytes_down")
@@ -458,6 +471,9 @@ class FaultProxy:
                 if delay > 0:
                     with self._lock:
                         self._responses_delayed[api_key] += 1
+                if api_key in self.rules.hold_responses:
+                    with self._lock:
+                        self._responses_held[api_key] += 1
                 queue.put_nowait((frame, api_key, loop.time() + delay))
             queue.put_nowait(None)
 

@@ -29,6 +29,7 @@ from oncelog.records.batch import BatchHeader
 from oncelog.storage.log import AppendResult
 from oncelog.storage.producer_state import ProducerInfo
 from oncelog.storage.txn_index import AbortedTxn
+from oncelog.storage.verification import SENTINEL, VerificationGuard
 
 __all__ = [
     "AppendOrigin",
@@ -151,9 +152,20 @@ class PartitionEngine(Protocol):
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         log_append_time_ms: int | None = None,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> AppendResult:
         """Append validated batches in the fixed order; a duplicate retry returns the
-        original offsets and appends nothing. KafkaError for producer-state refusals."""
+        original offsets and appends nothing. KafkaError for producer-state refusals, among
+        them INVALID_TXN_STATE for a transaction's first batch without the producer's
+        current ``verification_guard`` (when verification is on)."""
+        ...
+
+    def maybe_start_transaction_verification(
+        self, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard:
+        """Record (or return) the producer's verification guard before its transaction
+        coordinator is asked about this partition; SENTINEL if its transaction is already
+        open here at that epoch (``oncelog.storage.verification``)."""
         ...
 
     def append_marker(

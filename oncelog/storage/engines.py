@@ -32,6 +32,7 @@ def open_engine(
     snapshot_writer: SnapshotWriter = write_now,
     auto_high_watermark: bool = True,
     leader_epoch: int | None = 0,
+    transaction_verification: bool = False,
 ) -> UnifiedLog:
     """Open the partition whose data lives in ``directory`` (``<topic>-<partition>``) with
     the engine ``url`` names; ValueError for an unknown scheme. The memory engine uses only
@@ -39,18 +40,25 @@ def open_engine(
     producer-state snapshot jobs (pass one writing in a worker thread to keep fsync off the
     event loop); ``auto_high_watermark=False`` leaves the high watermark to the caller;
     ``leader_epoch`` (default 0: one node) is the epoch the engine leads from the start, None
-    to wait for ``become_leader`` / ``become_follower`` (replication)."""
+    to wait for ``become_leader`` / ``become_follower`` (replication);
+    ``transaction_verification`` makes a transaction's first append present its KIP-890
+    verification guard (the broker's ``transaction.partition.verification.enable``)."""
     scheme = storage_engine_scheme(url)
+    engine: UnifiedLog
     if scheme == "memory":
-        return open_memory_engine(
+        engine = open_memory_engine(
             directory.name, config, clock, producer_id_expiration_ms=producer_id_expiration_ms,
             auto_high_watermark=auto_high_watermark, leader_epoch=leader_epoch,
         )
-    return UnifiedLog.open(
-        directory, config, clock,
-        producer_id_expiration_ms=producer_id_expiration_ms, snapshot_writer=snapshot_writer,
-        auto_high_watermark=auto_high_watermark, leader_epoch=leader_epoch,
-    )
+    else:
+        engine = UnifiedLog.open(
+            directory, config, clock,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+            snapshot_writer=snapshot_writer, auto_high_watermark=auto_high_watermark,
+            leader_epoch=leader_epoch,
+        )
+    engine.producer_state.transaction_verification = transaction_verification
+    return engine
 
 
 if TYPE_CHECKING:

@@ -29,7 +29,10 @@ storage/src/main/java/org/apache/kafka/storage/internals/log/), for data batches
 - new (bumped) epoch → the sequence must be 0, else OUT_OF_ORDER_SEQUENCE_NUMBER;
 - same epoch → the first sequence must follow the last one (int32 wrap-around: after
   2147483647 comes 0), else OUT_OF_ORDER_SEQUENCE_NUMBER;
-- a non-transactional batch while the producer has a transaction open → INVALID_TXN_STATE.
+- a non-transactional batch while the producer has a transaction open → INVALID_TXN_STATE;
+- with ``transaction_verification`` (KIP-890), a transactional batch not continuing a
+  transaction open here at its epoch must present the guard ``maybe_start_verification``
+  gave, else INVALID_TXN_STATE (``oncelog.storage.verification``).
 
 The duplicate check runs first, against the committed state only: same epoch and the same
 (first, last) sequence range as one of the last 5 appended batches.
@@ -52,6 +55,7 @@ from oncelog.storage.producer_entry import (
     ProducerStateEntry,
     next_sequence,
 )
+from oncelog.storage.verification import SENTINEL, VerificationGuard, Verifications
 
 __all__ = ["ProducerStateManager"]
 
@@ -75,11 +79,18 @@ class ProducerStateManager:
         partition: str,
         clock: Clock,
         producer_id_expiration_ms: int = 86400000,
+        *,
+        transaction_verification: bool = False,
     ) -> None:
         self.partition = partition
         self._clock = clock
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        # Kafka's ProducerStateManagerConfig.transactionVerificationEnabled: whether a
+        # transaction's first append must present its verification guard. The broker sets
+        # it from transaction.partition.verification.enable; off for a bare engine.
+        self.transaction_verification = transaction_verification
         self._producers: dict[int, ProducerStateEntry] = {}
+        self._verifications = Verifications()
         self._map_end_offset = 0  # the offset after the last batch applied by update()
         self._last_snapshot_offset: int | None = None
 
@@ -91,11 +102,14 @@ class ProducerStateManager:
         *,
         is_from_client: bool = True,
         request_version: int | None = None,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> DuplicateBatch | None:
         """Validate one data batch that carries a producer id, changing nothing.
 
         ``is_from_client=False`` is Kafka's coordinator origin (e.g. the group coordinator
         writing offsets): only the epoch is checked, no sequences, no duplicate detection.
+        ``verification_guard`` is the guard the caller got from ``maybe_start_verification``
+        before asking the transaction coordinator (module docstring).
         ``request_version`` is accepted for the produce handler's convenience; Kafka's current
         rules do not depend on it (the old UNKNOWN_PRODUCER_ID answer is gone since KIP-360).
         """
@@ -105,15 +119,20 @@ class ProducerStateManager:
             and is_from_client
             and header.producer_epoch == entry.producer_epoch
             and header.base_sequence == next_sequence(entry.last_seq)
-            and (entry.current_txn_first_offset is None or header.is_transactional)
+            and (entry.current_txn_first_offset is None) != header.is_transactional
         ):
-            # The common case: the next batch, in sequence. It cannot also be a duplicate
-            # (that would need the 5 retained batches to span all 2**31 sequences).
+            # The common case: the next batch, in sequence, continuing the producer's open
+            # transaction or outside any. It cannot also be a duplicate (that would need the
+            # 5 retained batches to span all 2**31 sequences).
             return None
-        return self._check_slow(header, entry, None, is_from_client)
+        return self._check_slow(header, entry, None, is_from_client, verification_guard)
 
     def check_batches(
-        self, headers: Iterable[BatchHeader], *, is_from_client: bool = True
+        self,
+        headers: Iterable[BatchHeader],
+        *,
+        is_from_client: bool = True,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> DuplicateBatch | None:
         """Validate all producer-id batches of one request, each against the state the
         earlier ones would leave. A duplicate of an appended batch answers for the request
@@ -125,7 +144,9 @@ class ProducerStateManager:
         pending: dict[int, _Pending] = {}
         for header in checked:
             entry = self._producers.get(header.producer_id)
-            duplicate = self._check_slow(header, entry, pending, is_from_client)
+            duplicate = self._check_slow(
+                header, entry, pending, is_from_client, verification_guard
+            )
             if duplicate is not None:
                 if len(checked) > 1:
                     raise KafkaError(
@@ -143,6 +164,7 @@ class ProducerStateManager:
         entry: ProducerStateEntry | None,
         pending: dict[int, _Pending] | None,
         is_from_client: bool,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> DuplicateBatch | None:
         pid = header.producer_id
         epoch = header.producer_epoch
@@ -181,6 +203,9 @@ class ProducerStateManager:
                 f"the current epoch {current_epoch}",
             )
 
+        if header.is_transactional and not (in_txn and epoch == current_epoch):
+            self._check_verified(pid, epoch, verification_guard)
+
         if is_from_client:
             if epoch != current_epoch:
                 if first_seq != 0 and current_epoch != NO_PRODUCER_EPOCH:
@@ -212,6 +237,52 @@ class ProducerStateManager:
             pending[pid] = _Pending(epoch, header.last_sequence, in_txn or header.is_transactional)
         return None
 
+    # ------------------------------------------------------------------ verification
+
+    def maybe_start_verification(
+        self, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard:
+        """The guard a transaction's first append must present, taken before the
+        coordinator is asked (Kafka's ``UnifiedLog.maybeStartTransactionVerification``):
+        SENTINEL if the transaction is open here at this epoch; INVALID_PRODUCER_EPOCH for
+        an epoch older than the producer's here."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"partition {self.partition}: producer {producer_id} epoch {producer_epoch} "
+                f"is older than the current epoch {entry.producer_epoch}",
+            )
+        if self.has_ongoing_transaction(producer_id, producer_epoch):
+            return SENTINEL
+        return self._verifications.start(producer_id, producer_epoch, self._clock.now_ms())
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard:
+        """The producer's open verification guard, ``SENTINEL`` if none."""
+        return self._verifications.guard(producer_id)
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether the producer has a transaction open here at ``producer_epoch``."""
+        entry = self._producers.get(producer_id)
+        return (
+            entry is not None
+            and entry.current_txn_first_offset is not None
+            and entry.producer_epoch == producer_epoch
+        )
+
+    def _check_verified(
+        self, producer_id: int, producer_epoch: int, presented: VerificationGuard
+    ) -> None:
+        if not self.transaction_verification:
+            return
+        if self.verification_guard(producer_id).verify(presented):
+            return
+        raise KafkaError(
+            ErrorCode.invalid_txn_state,
+            f"partition {self.partition}: Record was not part of an ongoing transaction "
+            f"(producer {producer_id} epoch {producer_epoch})",
+        )
+
     # ------------------------------------------------------------------ applying
 
     def update(self, header: BatchHeader) -> None:
@@ -239,8 +310,11 @@ class ProducerStateManager:
                 header.max_timestamp,
             ),
         )
-        if header.is_transactional and entry.current_txn_first_offset is None:
-            entry.current_txn_first_offset = header.base_offset
+        if header.is_transactional:
+            # Data in the transaction (or, below, its marker): the guard has served.
+            self._verifications.clear(pid)
+            if entry.current_txn_first_offset is None:
+                entry.current_txn_first_offset = header.base_offset
         if header.next_offset > self._map_end_offset:
             self._map_end_offset = header.next_offset
 
@@ -291,6 +365,7 @@ class ProducerStateManager:
             entry.producer_epoch = producer_epoch
         entry.coordinator_epoch = coordinator_epoch
         entry.current_txn_first_offset = None
+        self._verifications.clear(producer_id)
         entry.last_timestamp = timestamp
         if offset + 1 > self._map_end_offset:
             self._map_end_offset = offset + 1
@@ -354,6 +429,8 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self._producers[pid]
+        # Verifications that never led to an append (Kafka expires them with producers).
+        self._verifications.expire(now, limit)
         if expired:
             logger.info(
                 "expired producer ids partition=%s count=%d ids=%s",

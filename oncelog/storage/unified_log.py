@@ -80,6 +80,7 @@ from oncelog.storage.log import AppendResult
 from oncelog.storage.log_store import LogStore
 from oncelog.storage.producer_state import ProducerInfo, ProducerStateManager
 from oncelog.storage.txn_index import AbortedTxn
+from oncelog.storage.verification import SENTINEL, VerificationGuard
 
 __all__ = [
     "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
@@ -371,12 +372,15 @@ class UnifiedLog:
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         log_append_time_ms: int | None = None,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> AppendResult:
         """Append validated batches; a duplicate retry returns the original offsets.
 
         ``origin`` COORDINATOR is a coordinator's own write (e.g. transactional offset
         commits): only the producer epoch is checked, not sequences. REPLICATION applies the
-        batches as they are, markers included."""
+        batches as they are, markers included. A CLIENT or COORDINATOR batch opening a
+        transaction must present ``verification_guard`` (KIP-890, see
+        ``oncelog.storage.verification``)."""
         if origin is AppendOrigin.REPLICATION:
             self._check_replicated_offsets(headers)
             result = self.log.append(buf, headers, log_append_time_ms=log_append_time_ms)
@@ -389,9 +393,11 @@ class UnifiedLog:
         if with_pid:
             is_from_client = origin is AppendOrigin.CLIENT
             duplicate = (
-                state.check(with_pid[0], is_from_client=is_from_client)
+                state.check(with_pid[0], is_from_client=is_from_client,
+                            verification_guard=verification_guard)
                 if len(headers) == 1
-                else state.check_batches(headers, is_from_client=is_from_client)
+                else state.check_batches(headers, is_from_client=is_from_client,
+                                         verification_guard=verification_guard)
             )
             if duplicate is not None:
                 return AppendResult(
@@ -571,6 +577,12 @@ class UnifiedLog:
     def has_open_transaction(self, producer_id: int) -> bool:
         entry = self.producer_state.last_entry(producer_id)
         return entry is not None and entry.current_txn_first_offset is not None
+
+    def maybe_start_transaction_verification(
+        self, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard:
+        """The guard a transaction's first append must present (KIP-890 part 1)."""
+        return self.producer_state.maybe_start_verification(producer_id, producer_epoch)
 
     def offset_for_timestamp(
         self,

@@ -228,6 +228,25 @@ def test_delay_holds_response_and_keeps_order(proxy: FaultProxy) -> None:
     assert stats.responses_delayed[ApiKey.METADATA] == 0
 
 
+def test_hold_responses_keeps_answers_until_the_rules_change(
+    proxy: FaultProxy, responder: Responder
+) -> None:
+    """The upstream has answered (the proxy counts the held response), the client has not
+    heard; later answers on the connection wait behind it; new rules release them in order."""
+    proxy.set_rules(FaultRules(hold_responses=frozenset({ApiKey.ADD_PARTITIONS_TO_TXN})))
+    with _connect(proxy) as sock:
+        sock.sendall(_request(ApiKey.ADD_PARTITIONS_TO_TXN, 1) + _request(ApiKey.METADATA, 2))
+        stats = proxy.wait_for(
+            lambda s: s.responses_held.get(ApiKey.ADD_PARTITIONS_TO_TXN, 0) == 1
+            and not s.in_flight.get(ApiKey.METADATA, 0) and s.requests[ApiKey.METADATA] == 1)
+        assert responder.received == [(ApiKey.ADD_PARTITIONS_TO_TXN, 1), (ApiKey.METADATA, 2)]
+        assert not stats.responses  # nothing reached the client yet
+        proxy.set_rules(FaultRules())
+        assert _read_response(sock) == (1, ApiKey.ADD_PARTITIONS_TO_TXN)
+        assert _read_response(sock) == (2, ApiKey.METADATA)
+    assert proxy.stats().responses_held[ApiKey.METADATA] == 0
+
+
 def test_cut_after_bytes_cuts_mid_frame(proxy: FaultProxy) -> None:
     # 14 request bytes + 6 of the 10-byte response, then the connection ends.
     proxy.set_rules(FaultRules(cut_after_bytes=20))

@@ -46,6 +46,7 @@ from oncelog.internal_topics import OFFSETS_TOPIC
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module, to_ms
 from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.storage.verification import SENTINEL
 
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -347,17 +348,24 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _commit_txn_offsets(ctx: RequestContext, request: Any) -> Any:
-    """Offsets committed inside a transaction. Kafka checks first, with the transaction
-    coordinator, that the group's offsets partition is in the producer's transaction (v5,
-    transactions v2, adds it instead), then lets the group coordinator check the group
-    (KIP-447: generation, member and instance, sent from v3) and append."""
+    """Offsets committed inside a transaction. Kafka checks first that the group is
+    coordinated here and takes the offsets partition's verification guard (KIP-890), then
+    asks the transaction coordinator whether the group's offsets partition is in the
+    producer's transaction (v5, transactions v2, adds it instead), then lets the group
+    coordinator check the group (KIP-447: generation, member and instance, sent from v3) and
+    append, presenting the guard: a marker written to the partition meanwhile refuses the
+    append (INVALID_TXN_STATE) rather than leave offsets pending that no marker will end."""
     mod = response_module(versions.TXN_OFFSET_COMMIT, ctx.api_version)
     offsets, order = _requested_offsets(request)
     groups = ctx.services.groups
     errors: dict[TopicPartition, ErrorCode]
+    guard = SENTINEL
     if not request.group_id:
         error = ErrorCode.invalid_group_id
     else:
+        error, guard = groups.start_txn_verification(
+            request.group_id, int(request.producer_id), int(request.producer_epoch))
+    if error is ErrorCode.none:
         error = await _verify_txn_offsets(ctx, request, groups.partition_for(request.group_id))
     if error is not ErrorCode.none:
         errors = {tp: error for tp in offsets}
@@ -371,6 +379,7 @@ async def _commit_txn_offsets(ctx: RequestContext, request: Any) -> Any:
             member_id=getattr(request, "member_id", ""),
             group_instance_id=getattr(request, "group_instance_id", None),
             offsets=offsets,
+            verification_guard=guard,
         )
         errors = await _replicated(groups, request.group_id, errors)
     by_topic: dict[str, list[Any]] = defaultdict(list)

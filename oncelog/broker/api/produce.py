@@ -46,6 +46,7 @@ from oncelog.records.batch import (
 from oncelog.records.codec import decode_batch
 from oncelog.records.validate import validate_batches
 from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.storage.verification import SENTINEL
 
 if TYPE_CHECKING:
     from oncelog.broker.cluster.replica_manager import ReplicaManager
@@ -125,13 +126,18 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                         log_start = partition.log_start_offset
                         raise KafkaError(ErrorCode.invalid_record,
                                          _record_errors_message(record_errors))
+                guard = SENTINEL
                 if headers[0].is_transactional:
+                    # KIP-890: the guard first, so that a marker landing while the
+                    # coordinator is asked makes the append fail, not open a transaction.
+                    guard = partition.maybe_start_transaction_verification(
+                        headers[0].producer_id, headers[0].producer_epoch)
                     await add_or_verify_transaction(
                         ctx, request.transactional_id, name, pdata.index, headers[0]
                     )
                 if replication is not None:
                     replication.check_min_isr(partition, acks)
-                result = partition.append(buf, headers)
+                result = partition.append(buf, headers, verification_guard=guard)
                 base_offset = result.base_offset
                 append_time = result.log_append_time
                 log_start = partition.log_start_offset

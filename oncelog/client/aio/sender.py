@@ -406,6 +406,13 @@ class Sender:
     def _complete_failed(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
         """A non-retriable error for this batch: classify, then fail its records."""
         code = exc.code
+        if code == ErrorCode.invalid_txn_state and self.transactions.transactional_id:
+            # The broker refused the batch as part of no ongoing transaction (KIP-890: the
+            # transaction ended while the partition was being verified). The Java producer
+            # (4.x) makes the transaction abortable, not the producer fatal.
+            self.transactions.enter_abortable(exc)
+            self._fail_batch(batch, exc)
+            return
         if code in FENCING or isinstance(exc, FatalError):
             fatal = exc if isinstance(exc, FatalError) else ProducerFencedError(str(exc), code)
             self._fail_batch(batch, fatal)

@@ -93,6 +93,7 @@ class GroupCoordinator:
         self._records_loaded = 0
         # Answered at once, without waiting: the decisions themselves (each checks first
         # that the group's partition is owned here).
+        self.start_txn_verification = self._offsets.start_txn_verification
         self.commit_txn_offsets = self._offsets.commit_txn_offsets
         self.fetch_offsets = self._offsets.fetch_offsets
         self.delete_groups = self._offsets.delete_groups

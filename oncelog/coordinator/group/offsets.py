@@ -10,9 +10,12 @@ group; OffsetFetch does not see them (with require_stable it answers UNSTABLE_OF
 for their partitions). The broker calls ``on_txn_marker`` once the transaction's COMMIT or
 ABORT marker is durably in the offsets partition: COMMIT applies them, ABORT drops them.
 Whether the producer's transaction holds the offsets partition is checked by the API
-handler with the transaction coordinator before ``commit_txn_offsets`` is called; this
-manager itself fences epochs older than the newest it has seen for a producer id, as the
-offsets partition's producer state does in Kafka.
+handler with the transaction coordinator before ``commit_txn_offsets`` is called, between
+``start_txn_verification`` (which takes the offsets partition's KIP-890 verification guard)
+and the append, which presents that guard: a COMMIT/ABORT marker written to the partition
+meanwhile makes the append fail with INVALID_TXN_STATE instead of opening a transaction no
+marker would end. This manager itself fences epochs older than the newest it has seen for a
+producer id, as the offsets partition's producer state does in Kafka.
 
 Synchronous and sans-IO apart from the store's append; time comes from the table's clock.
 """
@@ -38,6 +41,7 @@ from oncelog.coordinator.group.state import GroupState
 from oncelog.coordinator.group.table import GroupTable
 from oncelog.coordinator.store_errors import StoreWrite, translate_store_error
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.storage.verification import SENTINEL, VerificationGuard
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +192,29 @@ class OffsetManager:
 
     # -- TxnOffsetCommit and markers -------------------------------------------------------
 
+    def start_txn_verification(
+        self, group_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[ErrorCode, VerificationGuard]:
+        """Before the transaction coordinator is asked whether the producer's transaction
+        holds the group's offsets partition: NONE and the partition's verification guard
+        for the append (Kafka's GroupCoordinator.handleTxnCommitOffsets: the group's status
+        first, then ``maybeStartTransactionVerificationForPartition``), or the error every
+        partition of the request gets."""
+        if (error := self._table.check(group_id)) is not ErrorCode.none:
+            return error, SENTINEL
+        if producer_id < 0 or producer_epoch < 0:
+            return ErrorCode.invalid_producer_id_mapping, SENTINEL
+        partition = self._table.partition_for(group_id)
+        try:
+            guard = self._table.store.maybe_start_transaction_verification(
+                partition, producer_id, producer_epoch)
+        except KafkaError as exc:
+            log.info("group %s: TxnOffsetCommit of producer id %d epoch %d refused by "
+                     "__consumer_offsets-%d: %s", group_id, producer_id, producer_epoch,
+                     partition, exc)
+            return translate_store_error(exc.code, StoreWrite.OFFSET_COMMIT), SENTINEL
+        return ErrorCode.none, guard
+
     def commit_txn_offsets(
         self,
         transactional_id: str,
@@ -198,9 +225,11 @@ class OffsetManager:
         member_id: str,
         group_instance_id: str | None,
         offsets: Mapping[TopicPartition, OffsetCommitEntry],
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> dict[TopicPartition, ErrorCode]:
         """Commit offsets inside the producer's transaction: appended durably as a
-        transactional batch, then held as pending until ``on_txn_marker``.
+        transactional batch (presenting ``verification_guard``, from
+        ``start_txn_verification``), then held as pending until ``on_txn_marker``.
 
         KIP-447: a request naming a generation, member or instance (TxnOffsetCommit v3+) is
         checked against the group like an OffsetCommit (FENCED_INSTANCE_ID,
@@ -238,7 +267,7 @@ class OffsetManager:
         records = [self._table.offset_record(group_id, tp, co) for tp, co in accepted.items()]
         try:
             self._table.appended(partition, self._table.store.append_transactional(
-                partition, records, producer_id, producer_epoch
+                partition, records, producer_id, producer_epoch, verification_guard
             ))
         except KafkaError as exc:
             error = translate_store_error(exc.code, StoreWrite.OFFSET_COMMIT)

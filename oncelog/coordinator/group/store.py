@@ -13,6 +13,7 @@ from typing import NamedTuple, Protocol
 
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.control import ControlType, marker_key, marker_value
+from oncelog.storage.verification import SENTINEL, VerificationGuard
 
 Record = tuple[bytes, bytes | None]
 
@@ -56,14 +57,27 @@ class OffsetsStore(Protocol):
         records: list[Record],
         producer_id: int,
         producer_epoch: int,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> int:
         """Durably append the records as one TRANSACTIONAL batch of ``producer_id`` at
         ``producer_epoch`` (base sequence -1), as a TxnOffsetCommit's records are written.
 
         The batch belongs to that producer's open transaction on this partition, which its
         COMMIT/ABORT marker ends. Same durability and failure rules as ``append``; a fenced
-        epoch may be refused with KafkaError(INVALID_PRODUCER_EPOCH).
+        epoch may be refused with KafkaError(INVALID_PRODUCER_EPOCH), and a batch opening
+        the transaction without the producer's current ``verification_guard`` with
+        KafkaError(INVALID_TXN_STATE) (KIP-890: a marker was written since the guard was
+        taken).
         """
+        ...
+
+    def maybe_start_transaction_verification(
+        self, partition: int, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard:
+        """The guard the producer's next TxnOffsetCommit append to ``partition`` presents,
+        taken before its transaction coordinator is asked (SENTINEL if its transaction is
+        already open there at that epoch); KafkaError(INVALID_PRODUCER_EPOCH) for an epoch
+        older than the partition's."""
         ...
 
     async def wait_for_isr(
@@ -116,12 +130,20 @@ class MemoryOffsetsStore:
         records: list[Record],
         producer_id: int,
         producer_epoch: int,
+        verification_guard: VerificationGuard = SENTINEL,
     ) -> int:
         self._check(partition)
         self.partitions[partition].extend(
             StoredRecord(k, v, producer_id, True, None, producer_epoch) for k, v in records
         )
         return len(self.partitions[partition])
+
+    def maybe_start_transaction_verification(
+        self, partition: int, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard:
+        """No producer state here: guards are neither taken nor checked."""
+        self._check(partition)
+        return SENTINEL
 
     async def wait_for_isr(
         self, partition: int, required_offset: int, timeout_ms: int

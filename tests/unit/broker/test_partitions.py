@@ -16,6 +16,7 @@ from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.validate import validate_batches
 from oncelog.storage.engine import IsolationLevel
+from oncelog.storage.verification import SENTINEL
 
 RU = IsolationLevel.READ_UNCOMMITTED
 RC = IsolationLevel.READ_COMMITTED
@@ -35,7 +36,11 @@ def append(partition: Partition, *, transactional: bool = False, seq: int = 0) -
         producer_id=PID if transactional else -1, producer_epoch=0 if transactional else -1,
         base_sequence=seq if transactional else -1, transactional=transactional,
     ))
-    return partition.append(buf, validate_batches(buf, max_batch_bytes=1 << 20)).base_offset
+    # A transactional batch presents the verification guard taken before its coordinator
+    # would be asked (KIP-890), as the produce handler does.
+    guard = partition.maybe_start_transaction_verification(PID, 0) if transactional else SENTINEL
+    headers = validate_batches(buf, max_batch_bytes=1 << 20)
+    return partition.append(buf, headers, verification_guard=guard).base_offset
 
 
 def test_read_is_bounded_by_isolation_and_lists_aborts(tmp_path: Path) -> None:

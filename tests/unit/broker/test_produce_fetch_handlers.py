@@ -165,4 +165,9 @@ def test_read_committed_fetch_waits_for_the_lso_not_the_hw(tmp_path: Path) -> No
 def append_open_transaction(svc: BrokerContext) -> None:
     request = produce_request(transactional=True)
     buf = bytearray(request.topic_data[0].partition_data[0].records)
-    svc.partitions.get("t", 0).append(buf, validate_batches(buf, max_batch_bytes=1 << 20))
+    partition = svc.partitions.get("t", 0)
+    headers = validate_batches(buf, max_batch_bytes=1 << 20)
+    # The guard a verified transactional produce presents (KIP-890).
+    guard = partition.maybe_start_transaction_verification(headers[0].producer_id,
+                                                          headers[0].producer_epoch)
+    partition.append(buf, headers, verification_guard=guard)

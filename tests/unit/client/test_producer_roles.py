@@ -17,6 +17,7 @@ from oncelog.client.errors import (
     KafkaTimeoutError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    error_for,
 )
 from oncelog.client.txn_requests import check_add_partitions, txn_error, txn_offset_commit_error
 from oncelog.client.txn_state import TxnEvent, TxnState
@@ -95,6 +96,26 @@ def test_out_of_order_sequence_fails_the_batch_and_a_fencing_error_is_fatal() ->
         assert queued.exception() is p.transactions.fatal  # queued records fail with it
         with pytest.raises(ProducerFencedError):
             await p.send("t", b"x")
+
+    asyncio.run(scenario())
+
+
+def test_a_transactional_batch_refused_as_outside_a_transaction_is_abortable() -> None:
+    """INVALID_TXN_STATE on Produce (KIP-890: the transaction ended while the partition was
+    being verified) makes the transaction abortable, as the Java producer 4.x does; the
+    producer stays usable once it aborts."""
+
+    async def scenario() -> None:
+        p = ready_transactional()
+        p.transactions.txn.fire(TxnEvent.BEGIN)
+        future = queue_record(p, TP0)
+        (batch,) = p.accumulator.drain([TP0], 1 << 20)
+        refused = error_for(ErrorCode.invalid_txn_state, "not part of an ongoing transaction")
+        p.sender._complete_failed(batch, refused)
+        assert future.exception() is refused
+        assert p.transactions.fatal is None
+        assert p.transactions.txn.state is TxnState.ABORTABLE_ERROR
+        assert isinstance(p.transactions.txn.error, AbortableError)
 
     asyncio.run(scenario())
 

@@ -165,3 +165,32 @@ def test_a_single_node_write_does_not_suspend(tmp_path: Path) -> None:
     with pytest.raises(StopIteration) as done:
         wait.send(None)
     assert done.value.value is E.none
+
+
+def test_an_add_whose_write_failed_is_never_verified(tmp_path: Path) -> None:
+    """The offsets partition's add (AddOffsetsToTxn, or TxnOffsetCommit v5's implicit add)
+    is not part of the transaction while its Ongoing record waits for the ISR, nor after the
+    wait failed because the coordinator lost its partition's leadership
+    (NOT_LEADER_OR_FOLLOWER): verification answers TRANSACTION_ABORTABLE for it, never
+    NONE from an in-memory add the log does not hold (the group coordinator would then
+    append offsets no marker of this transaction covers)."""
+    env = make_env(tmp_path)
+    offsets = env.coord.offsets_partition_for("a-group")
+
+    async def body() -> None:
+        pid, epoch = await begin(env)
+        gate = hold(env)
+        add = asyncio.create_task(env.coord.handle_add_offsets(TXN, pid, epoch, "a-group"))
+        await settle()
+        assert env.coord.verify_partitions(TXN, pid, epoch, [offsets]) == {
+            offsets: E.transaction_abortable}
+        env.store.hold_acks = None
+        env.store.fail_acks = [E.not_leader_or_follower]
+        gate.set()
+        assert await add is E.not_coordinator
+        md = env.coord.get(TXN)
+        assert md is not None and offsets not in md.partitions
+        assert env.coord.verify_partitions(TXN, pid, epoch, [offsets]) == {
+            offsets: E.transaction_abortable}
+
+    run(env, body)
