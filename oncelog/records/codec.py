@@ -40,6 +40,7 @@ from oncelog.records.validate import MIN_BATCH_LENGTH, batch_crc
 __all__ = [
     "Record",
     "RecordInput",
+    "append_record",
     "decode_batch",
     "decode_uvarint",
     "decode_uvarlong",
@@ -51,6 +52,7 @@ __all__ = [
     "encode_varint",
     "encode_varlong",
     "iter_records",
+    "seal_batch",
     "varlong_size",
 ]
 
@@ -172,31 +174,95 @@ class RecordInput(NamedTuple):
     timestamp: int | None = None
 
 
-def _encode_bytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        out += b"\x01"  # zigzag(-1)
-    else:
-        out += encode_varint(len(data))
-        out += data
+_SMALL = 1 << 14
+# zigzag(i) for the small non-negative values records are made of (lengths, deltas)
+_ZIGZAG_SMALL = tuple(encode_uvarlong(i << 1) for i in range(_SMALL))
 
 
-def _encode_record(
+def _zigzag(value: int) -> bytes:
+    """``encode_varlong(value)``, from a table for small non-negative values."""
+    if 0 <= value < _SMALL:
+        return _ZIGZAG_SMALL[value]
+    return encode_varlong(value)
+
+
+def append_record(
+    out: bytearray,
     offset_delta: int,
     timestamp_delta: int,
     key: bytes | None,
     value: bytes | None,
-    headers: Sequence[tuple[str, bytes | None]],
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> None:
+    """Append one encoded record to ``out`` (a batch body being built)."""
+    zigzag = _zigzag
+    if not 0 <= offset_delta < _SMALL:
+        encode_varint(offset_delta)  # range check: an offset delta is an int32
+    head = b"\x00" + zigzag(timestamp_delta) + zigzag(offset_delta)  # attributes unused
+    head += b"\x01" if key is None else zigzag(len(key)) + key  # zigzag(-1): null
+    if value is None:
+        head += b"\x01"
+        value = b""
+    else:
+        head += zigzag(len(value))
+    if headers:
+        tail: bytes | bytearray = bytearray(zigzag(len(headers)))
+        for h_key, h_value in headers:
+            h_key_b = h_key.encode("utf-8")
+            tail += zigzag(len(h_key_b)) + h_key_b
+            tail += b"\x01" if h_value is None else zigzag(len(h_value)) + h_value
+    else:
+        tail = b"\x00"
+    out += zigzag(len(head) + len(value) + len(tail))
+    out += head
+    out += value
+    out += tail
+
+
+def seal_batch(
+    body: bytes | bytearray,
+    *,
+    record_count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    base_offset: int = 0,
+    compression: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    timestamp_type: int = 0,
+    partition_leader_epoch: int = -1,
 ) -> bytes:
-    body = bytearray(b"\x00")  # record attributes, unused
-    body += encode_varlong(timestamp_delta)
-    body += encode_varint(offset_delta)
-    _encode_bytes(body, key)
-    _encode_bytes(body, value)
-    body += encode_varint(len(headers))
-    for h_key, h_value in headers:
-        _encode_bytes(body, h_key.encode("utf-8"))
-        _encode_bytes(body, h_value)
-    return encode_varint(len(body)) + body
+    """The RecordBatch v2 around ``body`` (``record_count`` records from ``append_record``,
+    offset deltas from 0): compressed with ``compression``, header and CRC added."""
+    if not 0 <= compression <= 4:
+        raise ValueError(f"unknown compression codec {compression}")
+    payload = compress(compression, body) if compression else bytes(body)
+    attributes = compression & ATTR_COMPRESSION_MASK
+    if timestamp_type:
+        attributes |= ATTR_TIMESTAMP_TYPE
+    if transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    if control:
+        attributes |= ATTR_CONTROL
+    header = BatchHeader(
+        base_offset=base_offset,
+        batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload),
+        partition_leader_epoch=partition_leader_epoch,
+        magic=2,
+        crc=0,
+        attributes=attributes,
+        last_offset_delta=record_count - 1,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=record_count,
+    )
+    return _seal(header, payload)
 
 
 def encode_batch(
@@ -221,46 +287,28 @@ def encode_batch(
     """
     if not records:
         raise ValueError("a record batch needs at least one record")
-    if not 0 <= compression <= 4:
-        raise ValueError(f"unknown compression codec {compression}")
     fallback = NO_TIMESTAMP if base_timestamp is None else base_timestamp
     timestamps = [fallback if r.timestamp is None else r.timestamp for r in records]
     first_timestamp = timestamps[0] if base_timestamp is None else base_timestamp
-    max_timestamp = max(timestamps)
 
     body = bytearray()
     for delta, (record, ts) in enumerate(zip(records, timestamps, strict=True)):
-        body += _encode_record(
-            delta, ts - first_timestamp, record.key, record.value, record.headers
-        )
-    if compression:
-        payload = compress(compression, body)
-    else:
-        payload = bytes(body)
-
-    attributes = compression & ATTR_COMPRESSION_MASK
-    if timestamp_type:
-        attributes |= ATTR_TIMESTAMP_TYPE
-    if transactional:
-        attributes |= ATTR_TRANSACTIONAL
-    if control:
-        attributes |= ATTR_CONTROL
-    header = BatchHeader(
-        base_offset=base_offset,
-        batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload),
-        partition_leader_epoch=partition_leader_epoch,
-        magic=2,
-        crc=0,
-        attributes=attributes,
-        last_offset_delta=len(records) - 1,
+        append_record(body, delta, ts - first_timestamp, record.key, record.value, record.headers)
+    return seal_batch(
+        body,
+        record_count=len(records),
         base_timestamp=first_timestamp,
-        max_timestamp=max_timestamp,
+        max_timestamp=max(timestamps),
+        base_offset=base_offset,
+        compression=compression,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
-        records_count=len(records),
+        transactional=transactional,
+        control=control,
+        timestamp_type=timestamp_type,
+        partition_leader_epoch=partition_leader_epoch,
     )
-    return _seal(header, payload)
 
 
 def _seal(header: BatchHeader, payload: bytes) -> bytes:
@@ -291,8 +339,8 @@ def encode_retained_batch(
         base_timestamp = header.max_timestamp
     body = bytearray()
     for record in records:
-        body += _encode_record(
-            record.offset - header.base_offset, record.timestamp - base_timestamp,
+        append_record(
+            body, record.offset - header.base_offset, record.timestamp - base_timestamp,
             record.key, record.value, record.headers,
         )
     if records and header.compression:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from oncelog.client.aio.producer import AIOProducer
-from oncelog.client.aio.sender import Delivery
+from oncelog.client.delivery import RecordFuture
 from oncelog.client.errors import (
     AbortableError,
     KafkaClientError,
@@ -20,9 +20,8 @@ from oncelog.client.errors import (
 )
 from oncelog.client.txn_requests import check_add_partitions, txn_error, txn_offset_commit_error
 from oncelog.client.txn_state import TxnEvent, TxnState
-from oncelog.client.types import RecordMetadata, TopicPartition
+from oncelog.client.types import TopicPartition
 from oncelog.errors import ErrorCode
-from oncelog.records.codec import RecordInput
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -32,11 +31,13 @@ def producer(**extra: Any) -> AIOProducer:
     return AIOProducer({"bootstrap.servers": "127.0.0.1:1", **extra})
 
 
-def queue_record(p: AIOProducer, tp: TopicPartition) -> asyncio.Future[RecordMetadata]:
-    future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+def queue_record(p: AIOProducer, tp: TopicPartition) -> RecordFuture:
+    future = RecordFuture(p.accumulator.cond, 1)
     p.transactions.on_append(tp)
-    p.accumulator.append(tp, RecordInput(value=b"v", timestamp=1), Delivery(future, None, 1), 0)
-    p.sender.add_pending(future)
+    batch, index, _ = p.accumulator.append(tp, None, b"v", (), 1, 0)
+    future.bind(batch.result, index)
+    if index == 0:
+        p.sender.add_pending(batch)
     return future
 
 
