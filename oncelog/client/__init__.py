@@ -20,7 +20,6 @@ Errors are the classes in ``oncelog.client.errors`` (fatal / abortable / retriab
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,6 +45,7 @@ from oncelog.client.aio.admin import (
 from oncelog.client.aio.client import TopicInfo
 from oncelog.client.aio.consumer import AIOConsumer
 from oncelog.client.aio.producer import AIOProducer, DeliveryCallback, HeadersArg
+from oncelog.client.aio.sender import mono_ms
 from oncelog.client.config import ClientConfig
 from oncelog.client.delivery import RecordFuture, bound
 from oncelog.client.errors import IllegalStateError, KafkaClientError
@@ -113,8 +113,9 @@ class Producer:
         self._config = ClientConfig(config)
         self._loop = LoopThread(f"oncelog-producer-{self._config['client.id']}")
         self._core = AIOProducer(self._config)
+        # Records from ``send`` to the loop thread: appended there, popped here (deque's
+        # append and popleft are atomic). ``_scheduled``: a processor task runs or is due.
         self._queue: deque[tuple[_SendArgs, RecordFuture]] = deque()
-        self._queue_lock = threading.Lock()
         self._scheduled = False
         self._processor: asyncio.Task[None] | None = None
         self._cond = self._core.accumulator.cond
@@ -141,11 +142,9 @@ class Producer:
             timestamp = time.time_ns() // 1_000_000  # CreateTime is when send was called
         future = RecordFuture(self._cond, timestamp)
         args: _SendArgs = (topic, value, key, partition, headers, timestamp, on_delivery)
-        with self._queue_lock:
-            self._queue.append((args, future))
-            schedule = not self._scheduled
+        self._queue.append((args, future))
+        if not self._scheduled:
             self._scheduled = True
-        if schedule:
             self._loop.call_soon(self._kick)
         return future
 
@@ -159,13 +158,15 @@ class Producer:
         # One task hands records to the core in submission order, many per loop turn.
         core = self._core
         await core.start()
+        queue = self._queue
         while True:
-            with self._queue_lock:
-                if not self._queue:
-                    self._scheduled = False
+            if not queue:
+                self._scheduled = False
+                if not queue:  # nothing came in before the flag went down: a send sets it
                     return
-                items = list(self._queue)
-                self._queue.clear()
+                self._scheduled = True
+            items = [queue.popleft() for _ in range(len(queue))]
+            now_ms = mono_ms()
             futures = []
             infos: dict[str, TopicInfo] = {}  # looked up once a round
             for args, future in items:
@@ -177,7 +178,7 @@ class Producer:
                     infos[topic] = info
                     core.append(
                         info, future, topic, value, key, partition, headers, timestamp,
-                        on_delivery,
+                        on_delivery, now_ms,
                     )  # fmt: skip
                     futures.append(future)
                 except Exception as exc:  # delivered to the caller through the future
@@ -193,9 +194,8 @@ class Producer:
             if processor is not None and not processor.done():
                 await asyncio.shield(processor)
                 continue
-            with self._queue_lock:
-                if not self._queue:
-                    return
+            if not self._queue:
+                return
             self._kick()
 
     async def _settled_then(self, coro: Any) -> Any:

@@ -31,8 +31,8 @@ from typing import Any
 from oncelog.client.errors import CorruptRecordError
 from oncelog.client.types import Headers, Message
 from oncelog.errors import ErrorCode, KafkaError
-from oncelog.records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, parse_header
-from oncelog.records.codec import Record, RecordMaker, decode_batch
+from oncelog.records.batch import BatchHeader, parse_header
+from oncelog.records.codec import Record, RecordMaker, batch_positions, decode_batch
 from oncelog.records.control import ControlType, decode_control
 from oncelog.records.validate import MIN_BATCH_LENGTH
 
@@ -125,18 +125,13 @@ def _batches(
     """``codec.iter_records`` into messages, uncompressed batches through ``native``."""
     make = _message_maker(topic, partition)
     new = tuple.__new__
-    end = len(data)
-    pos = 0
-    while end - pos >= HEADER_SIZE:
-        batch_length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
-        if batch_length >= MIN_BATCH_LENGTH and pos + batch_length + LOG_OVERHEAD > end:
-            return  # partial trailing batch
+    for pos in batch_positions(data):
         header = parse_header(data, pos)
         if (
             native is None
             or header.compression
             or header.magic != 2
-            or batch_length < MIN_BATCH_LENGTH
+            or header.batch_length < MIN_BATCH_LENGTH
         ):
             header, records = decode_batch(data, pos, verify_crc=verify_crc, make=make)
         else:
@@ -152,7 +147,6 @@ def _batches(
             except Exception as exc:  # aiokafka's CorruptRecordException and friends
                 raise KafkaError(ErrorCode.corrupt_message, str(exc)) from exc
         yield header, records
-        pos += header.size
 
 
 def _message_maker(topic: str, partition: int) -> RecordMaker[Message]:

@@ -55,6 +55,7 @@ __all__ = [
     "RecordInput",
     "RecordMaker",
     "append_record",
+    "batch_positions",
     "decode_batch",
     "decode_uvarint",
     "decode_uvarlong",
@@ -425,12 +426,19 @@ def iter_records(
 ) -> Iterator[tuple[BatchHeader, list[Any]]]:
     """Decode concatenated batches; a partial batch at the end (as a fetch may return) is
     skipped, corruption anywhere else raises CORRUPT_MESSAGE."""
+    for pos in batch_positions(data):
+        yield decode_batch(data, pos, verify_crc=verify_crc, make=make)
+
+
+def batch_positions(data: Buffer) -> Iterator[int]:
+    """Where each batch of ``data`` starts, but for a partial batch at the end. Positions
+    follow the batches' length fields: a reader stops at the first batch that does not
+    decode."""
     end = len(data)
     pos = 0
     while end - pos >= HEADER_SIZE:
         batch_length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
         if batch_length >= MIN_BATCH_LENGTH and pos + batch_length + LOG_OVERHEAD > end:
             return  # partial trailing batch
-        header, records = decode_batch(data, pos, verify_crc=verify_crc, make=make)
-        yield header, records
-        pos += header.size
+        yield pos
+        pos += batch_length + LOG_OVERHEAD

@@ -184,6 +184,7 @@ class AIOProducer:
         headers: HeadersArg = None,
         timestamp: int | None = None,
         on_delivery: DeliveryCallback | None = None,
+        now_ms: int | None = None,
     ) -> None:
         """Append one record of ``topic`` (whose metadata is ``info``) and bind ``future``
         to it; the caller then calls ``delivery.bound`` for the futures it bound. Raises
@@ -209,7 +210,8 @@ class AIOProducer:
         if self.transactional_id is not None:
             self.transactions.on_append(tp)
         batch, index, full = self.accumulator.append(
-            tp, key_b, value_b, _headers(headers), ts, mono_ms(), on_delivery
+            tp, key_b, value_b, _headers(headers), ts,
+            mono_ms() if now_ms is None else now_ms, on_delivery,
         )
         future.bind(batch.result, index)
         self.partitioner.on_append(topic, partition, size, num_partitions)
