@@ -111,6 +111,8 @@ class AIOProducer:
             compression=self.compression,
         )
         self._send_lock = asyncio.Lock()
+        self._max_request_size: int = cfg["max.request.size"]
+        self._tps: dict[str, list[TopicPartition]] = {}  # made once, not per record
 
     @property
     def txn(self) -> TxnStateMachine:
@@ -201,17 +203,24 @@ class AIOProducer:
                 ErrorCode.unknown_topic_or_partition,
             )
         size = (len(key_b) if key_b else 0) + (len(value_b) if value_b else 0)
-        limit = self.config["max.request.size"]
-        if size > limit:
-            raise MessageSizeTooLargeError(f"record of {size} bytes > max.request.size={limit}")
-        tp = TopicPartition(topic, partition)
-        ts = _wall_ms() if timestamp is None else int(timestamp)
-        future.timestamp = ts
+        if size > self._max_request_size:
+            raise MessageSizeTooLargeError(
+                f"record of {size} bytes > max.request.size={self._max_request_size}"
+            )
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) < num_partitions:
+            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(num_partitions)]
+        tp = tps[partition]
+        if timestamp is None:
+            timestamp = _wall_ms()
+        elif type(timestamp) is not int:
+            timestamp = int(timestamp)
+        future.timestamp = ts = timestamp
         if self.transactional_id is not None:
             self.transactions.on_append(tp)
+        now = mono_ms() if now_ms is None else now_ms
         batch, index, full = self.accumulator.append(
-            tp, key_b, value_b, _headers(headers), ts,
-            mono_ms() if now_ms is None else now_ms, on_delivery,
+            tp, key_b, value_b, _headers(headers), ts, now, on_delivery
         )
         future.bind(batch.result, index)
         self.partitioner.on_append(topic, partition, size, num_partitions)
