@@ -11,17 +11,16 @@ core on its own event loop thread. Configuration is a dict of Kafka's config nam
     state = producer.prepare_transaction()        # PreparedTxnState, store str(state)
     producer.complete_transaction(state)          # commit (abort if it does not match)
 
-``send`` returns a ``concurrent.futures.Future`` of ``RecordMetadata``; ``on_delivery``
-callbacks run on the client's event loop thread and must not call blocking client methods.
+``send`` returns a ``RecordFuture`` (``concurrent.futures.Future``'s reading side) of
+``RecordMetadata``; ``on_delivery`` callbacks run on the client's event loop thread and
+must not call blocking client methods.
 Errors are the classes in ``oncelog.client.errors`` (fatal / abortable / retriable).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import functools
-import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -43,9 +42,12 @@ from oncelog.client.aio.admin import (
     TransactionDescription,
     TransactionListing,
 )
+from oncelog.client.aio.client import TopicInfo
 from oncelog.client.aio.consumer import AIOConsumer
 from oncelog.client.aio.producer import AIOProducer, DeliveryCallback, HeadersArg
+from oncelog.client.aio.sender import mono_ms
 from oncelog.client.config import ClientConfig
+from oncelog.client.delivery import RecordFuture, bound
 from oncelog.client.errors import IllegalStateError, KafkaClientError
 from oncelog.client.txn_state import TxnState
 from oncelog.client.types import (
@@ -92,6 +94,7 @@ __all__ = [
     "PreparedTxnState",
     "Producer",
     "ProducerState",
+    "RecordFuture",
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",
@@ -103,19 +106,6 @@ __all__ = [
 _SendArgs = tuple[str, Any, Any, int | None, HeadersArg, int | None, DeliveryCallback | None]
 
 
-def _transfer(
-    source: asyncio.Future[RecordMetadata], target: concurrent.futures.Future[RecordMetadata]
-) -> None:
-    if target.done():
-        return
-    if source.cancelled():
-        target.cancel()
-    elif (exc := source.exception()) is not None:
-        target.set_exception(exc)
-    else:
-        target.set_result(source.result())
-
-
 class Producer:
     """Kafka producer: idempotent by default, transactional with ``transactional.id``."""
 
@@ -123,10 +113,12 @@ class Producer:
         self._config = ClientConfig(config)
         self._loop = LoopThread(f"oncelog-producer-{self._config['client.id']}")
         self._core = AIOProducer(self._config)
-        self._queue: deque[tuple[_SendArgs, concurrent.futures.Future[RecordMetadata]]] = deque()
-        self._queue_lock = threading.Lock()
+        # Records from ``send`` to the loop thread: appended there, popped here (deque's
+        # append and popleft are atomic). ``_scheduled``: a processor task runs or is due.
+        self._queue: deque[tuple[_SendArgs, RecordFuture]] = deque()
         self._scheduled = False
         self._processor: asyncio.Task[None] | None = None
+        self._cond = self._core.accumulator.cond
         self._closed = False
 
     # ------------------------------------------------------------------ sending
@@ -140,21 +132,19 @@ class Producer:
         headers: HeadersArg = None,
         timestamp: int | None = None,
         on_delivery: DeliveryCallback | None = None,
-    ) -> concurrent.futures.Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue a record. The future resolves to its RecordMetadata once acknowledged, or
         fails with the error; ``on_delivery(error, metadata)`` is called either way."""
         if self._closed:
             raise IllegalStateError("producer is closed")
-        self._core._check_usable()
-        if self._core.transactional_id is not None:
-            self._core.txn.check_call("send")
-        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        self._core.check_send()
+        if timestamp is None:
+            timestamp = time.time_ns() // 1_000_000  # CreateTime is when send was called
+        future = RecordFuture(self._cond, timestamp)
         args: _SendArgs = (topic, value, key, partition, headers, timestamp, on_delivery)
-        with self._queue_lock:
-            self._queue.append((args, future))
-            schedule = not self._scheduled
+        self._queue.append((args, future))
+        if not self._scheduled:
             self._scheduled = True
-        if schedule:
             self._loop.call_soon(self._kick)
         return future
 
@@ -165,27 +155,37 @@ class Producer:
             self._processor = asyncio.get_running_loop().create_task(self._process())
 
     async def _process(self) -> None:
-        # One task hands records to the core in submission order.
+        # One task hands records to the core in submission order, many per loop turn.
+        core = self._core
+        await core.start()
+        queue = self._queue
         while True:
-            with self._queue_lock:
-                if not self._queue:
-                    self._scheduled = False
+            if not queue:
+                self._scheduled = False
+                if not queue:  # nothing came in before the flag went down: a send sets it
                     return
-                items = list(self._queue)
-                self._queue.clear()
-            for args, target in items:
+                self._scheduled = True
+            items = [queue.popleft() for _ in range(len(queue))]
+            now_ms = mono_ms()
+            futures = []
+            infos: dict[str, TopicInfo] = {}  # looked up once a round
+            for args, future in items:
                 topic, value, key, partition, headers, timestamp, on_delivery = args
                 try:
-                    source = await self._core.send(
-                        topic, value, key, partition, headers, timestamp, on_delivery
-                    )
+                    info = infos.get(topic) or core.client.cached_topic_info(topic)
+                    if info is None:
+                        info = await core.wait_topic_info(topic)
+                    infos[topic] = info
+                    core.append(
+                        info, future, topic, value, key, partition, headers, timestamp,
+                        on_delivery, now_ms,
+                    )  # fmt: skip
+                    futures.append(future)
                 except Exception as exc:  # delivered to the caller through the future
-                    if not target.done():
-                        target.set_exception(exc)
+                    future.fail(exc)
                     if on_delivery is not None and isinstance(exc, KafkaClientError):
                         AIOProducer._run_callback(on_delivery, exc, None)  # raising: logged
-                    continue
-                source.add_done_callback(functools.partial(_transfer, target=target))
+            bound(futures, self._cond)
 
     async def _settled(self) -> None:
         """Wait until every record handed to ``send`` so far is in the core."""
@@ -194,9 +194,8 @@ class Producer:
             if processor is not None and not processor.done():
                 await asyncio.shield(processor)
                 continue
-            with self._queue_lock:
-                if not self._queue:
-                    return
+            if not self._queue:
+                return
             self._kick()
 
     async def _settled_then(self, coro: Any) -> Any:

@@ -3,24 +3,29 @@
 A partition's head batch is *ready* to send when it is full (``batch.size``), when it has
 waited ``linger.ms``, when more batches queue behind it, or while the producer flushes or
 closes. The sender drains at most one batch per partition per request, and keeps order:
-a retried batch goes back to the head of its queue. Times are monotonic milliseconds passed
-in by the caller; nothing here sleeps or does I/O.
+a retried batch goes back into its queue in sequence order. Times are monotonic
+milliseconds passed in by the caller; nothing here sleeps or does I/O.
 
-Each record carries an opaque ``handle`` (the I/O layer's delivery future) that comes back
-with its batch, so the accumulator knows nothing about futures or event loops.
+Records are encoded into their batch's body as they are appended (as Java's
+MemoryRecordsBuilder does); draining only adds the header, whose producer id, epoch and
+sequence may change between attempts. Each batch has one ``ProduceResult`` that its
+records' futures share; a record's optional ``handle`` (its delivery callback) comes back
+with its batch, with the record's index and timestamp.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncelog.client.delivery import ProduceResult
 from oncelog.client.types import TopicPartition
-from oncelog.records.batch import HEADER_SIZE
-from oncelog.records.codec import RecordInput, encode_batch
+from oncelog.records.batch import HEADER_SIZE, NO_TIMESTAMP
+from oncelog.records.codec import append_record, seal_batch
 
 __all__ = ["ProducerBatch", "RecordAccumulator", "estimate_record_size"]
 
@@ -42,8 +47,13 @@ class ProducerBatch:
 
     tp: TopicPartition
     created_ms: int
-    records: list[RecordInput] = field(default_factory=list)
-    handles: list[Any] = field(default_factory=list)
+    result: ProduceResult
+    body: bytearray = field(default_factory=bytearray)
+    record_count: int = 0
+    base_timestamp: int = NO_TIMESTAMP  # the first record's
+    max_timestamp: int = NO_TIMESTAMP
+    # (index, timestamp, handle) of the records appended with a handle
+    handles: list[tuple[int, int, Any]] = field(default_factory=list)
     size: int = HEADER_SIZE
     attempts: int = 0
     # Set when the batch is first drained; kept for retries so the broker can dedupe.
@@ -55,16 +65,32 @@ class ProducerBatch:
     closed: bool = False
 
     @property
-    def record_count(self) -> int:
-        return len(self.records)
-
-    @property
     def has_sequence(self) -> bool:
         return self.base_sequence >= 0
 
+    def add(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp: int,
+    ) -> int:
+        """Encode one record into the body; return its index in the batch."""
+        index = self.record_count
+        if index == 0:
+            self.base_timestamp = timestamp
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        append_record(self.body, index, timestamp - self.base_timestamp, key, value, headers)
+        self.record_count = index + 1
+        return index
+
     def encode(self, compression: int) -> bytes:
-        return encode_batch(
-            self.records,
+        return seal_batch(
+            self.body,
+            record_count=self.record_count,
+            base_timestamp=self.base_timestamp,
+            max_timestamp=self.max_timestamp,
             compression=compression,
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
@@ -77,6 +103,8 @@ class RecordAccumulator:
     def __init__(self, *, batch_size: int, linger_ms: int) -> None:
         self.batch_size = batch_size
         self.linger_ms = linger_ms
+        # What the batches' results and their records' futures wait on (any thread).
+        self.cond = threading.Condition()
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._flushing = 0
         self._closing = False
@@ -86,34 +114,42 @@ class RecordAccumulator:
     def append(
         self,
         tp: TopicPartition,
-        record: RecordInput,
-        handle: Any,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp: int,
         now_ms: int,
-    ) -> tuple[ProducerBatch, bool]:
-        """Add one record; returns its batch and whether that batch is now full.
-
-        A record larger than ``batch.size`` gets a batch of its own.
+        handle: Any = None,
+    ) -> tuple[ProducerBatch, int, bool]:
+        """Add one record; returns its batch, its index there, and whether that batch is
+        now full. A record larger than ``batch.size`` gets a batch of its own; a new batch
+        is one whose index is 0.
         """
-        size = estimate_record_size(record.key, record.value, record.headers)
-        queue = self._queues.setdefault(tp, deque())
+        size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        if headers:
+            size = estimate_record_size(key, value, headers)
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
         batch = queue[-1] if queue else None
         if (
             batch is None
             or batch.closed
             or batch.has_sequence
-            or (batch.size + size > self.batch_size and batch.records)
+            or (batch.size + size > self.batch_size and batch.record_count)
         ):
             if batch is not None:
                 batch.closed = True
-            batch = ProducerBatch(tp, created_ms=now_ms)
+            batch = ProducerBatch(tp, now_ms, ProduceResult(tp, self.cond))
             queue.append(batch)
-        batch.records.append(record)
-        batch.handles.append(handle)
+        index = batch.add(key, value, headers, timestamp)
+        if handle is not None:
+            batch.handles.append((index, timestamp, handle))
         batch.size += size
         full = batch.size >= self.batch_size
         if full:
             batch.closed = True
-        return batch, full
+        return batch, index, full
 
     # ------------------------------------------------------------------ readiness
 
@@ -181,8 +217,27 @@ class RecordAccumulator:
         return out
 
     def reenqueue(self, batch: ProducerBatch) -> None:
-        """Put a batch back at the head of its partition (to be retried, in order)."""
-        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+        """Put a batch back into its partition's queue to be retried: ahead of every batch
+        not sent yet and of every later sequence of its producer epoch (Java's
+        insertInSequenceOrder), so that retries go out in their first order."""
+        queue = self._queues.setdefault(batch.tp, deque())
+        for i, queued in enumerate(queue):
+            if queued.attempts == 0 or (
+                batch.has_sequence
+                and queued.producer_id == batch.producer_id
+                and queued.producer_epoch == batch.producer_epoch
+                and queued.base_sequence > batch.base_sequence
+            ):
+                queue.insert(i, batch)
+                return
+        queue.append(batch)
+
+    def head(self, tp: TopicPartition) -> ProducerBatch | None:
+        queue = self._queues.get(tp)
+        return queue[0] if queue else None
+
+    def queued(self, tp: TopicPartition) -> Sequence[ProducerBatch]:
+        return self._queues.get(tp) or ()
 
     def remove(self, batch: ProducerBatch) -> None:
         """Take one queued batch out (e.g. when its delivery timeout expired)."""

@@ -13,21 +13,42 @@ A batch that does not decode (CRC mismatch, bad framing or body) ends the data: 
 before it are returned, with ``error`` set to a ``CorruptRecordError`` that names the
 partition and the batch's offsets, and ``next_offset`` stays at the bad batch, as the Java
 client's CompletedFetch does (it returns what precedes the corrupt batch, then raises).
+
+Records are decoded straight into ``Message`` tuples. Uncompressed batches go through
+aiokafka's native (Cython) RecordBatch decoder when it is installed with its extensions,
+about three times faster than the codec's Python loop; everything else (compressed
+batches, and every batch without it) goes through ``oncelog.records.codec``. Both give the
+same messages; a batch either refuses is corrupt.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from oncelog.client.errors import CorruptRecordError
-from oncelog.client.types import Message
-from oncelog.errors import KafkaError
-from oncelog.records.codec import iter_records
+from oncelog.client.types import Headers, Message
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.records.batch import BatchHeader, parse_header
+from oncelog.records.codec import Record, RecordMaker, batch_positions, decode_batch
 from oncelog.records.control import ControlType, decode_control
+from oncelog.records.validate import MIN_BATCH_LENGTH
 
-__all__ = ["FetchedRecords", "decode_fetched"]
+__all__ = ["NATIVE_BATCH", "FetchedRecords", "decode_fetched"]
+
+
+def _native_batch() -> Any:
+    try:
+        from aiokafka.record.default_records import DefaultRecordBatch
+    except ImportError:
+        return None
+    # Without its extensions aiokafka falls back to Python, slower than the codec's loop.
+    return DefaultRecordBatch if "_crecords" in DefaultRecordBatch.__module__ else None
+
+
+NATIVE_BATCH: Any = _native_batch()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +67,10 @@ def decode_fetched(
     read_committed: bool,
     aborted_transactions: Iterable[tuple[int, int]] | None = None,
     verify_crc: bool = True,
+    native: bool = True,
 ) -> FetchedRecords:
-    """``aborted_transactions`` holds (producer_id, first_offset) pairs."""
+    """``aborted_transactions`` holds (producer_id, first_offset) pairs; ``native=False``
+    decodes with the codec only."""
     messages: list[Message] = []
     position = fetch_offset
     if not data:
@@ -56,12 +79,15 @@ def decode_fetched(
     heapq.heapify(pending)
     aborting: set[int] = set()
     batch_pos = 0  # where the batch being decoded starts in ``data``
-    batches = iter_records(data, verify_crc=verify_crc)
+    batches = _batches(data, topic, partition, verify_crc, NATIVE_BATCH if native else None)
     while True:
         try:
             header, records = next(batches)
             if read_committed and header.is_control and header.is_transactional and records:
-                marker: ControlType | None = decode_control(records[0])[0]
+                first = records[0]
+                marker: ControlType | None = decode_control(
+                    Record(first.offset, first.timestamp, first.key, first.value)
+                )[0]
             else:
                 marker = None
         except StopIteration:
@@ -82,23 +108,57 @@ def decode_fetched(
             continue
         if read_committed and header.is_transactional and header.producer_id in aborting:
             continue
-        ts_type = int(header.timestamp_type)
-        for record in records:
-            if record.offset < fetch_offset:
-                continue
-            messages.append(
-                Message(
-                    topic=topic,
-                    partition=partition,
-                    offset=record.offset,
-                    timestamp=record.timestamp,
-                    key=record.key,
-                    value=record.value,
-                    headers=record.headers,
-                    timestamp_type=ts_type,
-                )
-            )
+        if not records:
+            continue
+        if records[0].timestamp_type != header.timestamp_type:  # made before the header was
+            kind = int(header.timestamp_type)  # known: LogAppendTime batches are rare
+            records = [m._replace(timestamp_type=kind) for m in records]
+        if records[0].offset < fetch_offset:
+            records = [m for m in records if m.offset >= fetch_offset]
+        messages += records
     return FetchedRecords(messages, position)
+
+
+def _batches(
+    data: bytes | memoryview, topic: str, partition: int, verify_crc: bool, native: Any
+) -> Iterator[tuple[BatchHeader, list[Message]]]:
+    """``codec.iter_records`` into messages, uncompressed batches through ``native``."""
+    make = _message_maker(topic, partition)
+    new = tuple.__new__
+    for pos in batch_positions(data):
+        header = parse_header(data, pos)
+        if (
+            native is None
+            or header.compression
+            or header.magic != 2
+            or header.batch_length < MIN_BATCH_LENGTH
+        ):
+            header, records = decode_batch(data, pos, verify_crc=verify_crc, make=make)
+        else:
+            batch = native(memoryview(data)[pos : pos + header.size])
+            if verify_crc and not batch.validate_crc():
+                raise KafkaError(ErrorCode.corrupt_message, "crc mismatch")
+            try:
+                records = [
+                    new(Message, (topic, partition, r.offset, r.timestamp, r.key, r.value,
+                                  tuple(r.headers) if r.headers else (), 0))
+                    for r in batch
+                ]  # fmt: skip
+            except Exception as exc:  # aiokafka's CorruptRecordException and friends
+                raise KafkaError(ErrorCode.corrupt_message, str(exc)) from exc
+        yield header, records
+
+
+def _message_maker(topic: str, partition: int) -> RecordMaker[Message]:
+    """Messages straight from the decoder (CreateTime; LogAppendTime is set afterwards)."""
+    new = tuple.__new__
+
+    def make(
+        offset: int, timestamp: int, key: bytes | None, value: bytes | None, headers: Headers
+    ) -> Message:
+        return new(Message, (topic, partition, offset, timestamp, key, value, headers, 0))
+
+    return make
 
 
 def _corrupt_batch_error(

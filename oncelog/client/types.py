@@ -47,9 +47,9 @@ class RecordMetadata:
     timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """A consumed record."""
+class Message(NamedTuple):
+    """A consumed record (a named tuple, as kafka-python's ConsumerRecord: made for every
+    record consumed, so it costs no more than a tuple)."""
 
     topic: str
     partition: int

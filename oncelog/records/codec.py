@@ -14,9 +14,9 @@ A length of -1 means null. Decoding errors are ``KafkaError(CORRUPT_MESSAGE)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar, overload
 
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.varint import VarintError, read_uvarint
@@ -36,10 +36,26 @@ from oncelog.records.batch import (
 )
 from oncelog.records.compression import compress, decompress
 from oncelog.records.validate import MIN_BATCH_LENGTH, batch_crc
+from oncelog.records.varints import (
+    corrupt_varint,
+    decode_uvarint,
+    decode_uvarlong,
+    decode_varint,
+    decode_varlong,
+    encode_uvarint,
+    encode_uvarlong,
+    encode_varint,
+    encode_varlong,
+    varlong_size,
+    zigzag,
+)
 
 __all__ = [
     "Record",
     "RecordInput",
+    "RecordMaker",
+    "append_record",
+    "batch_positions",
     "decode_batch",
     "decode_uvarint",
     "decode_uvarlong",
@@ -51,99 +67,13 @@ __all__ = [
     "encode_varint",
     "encode_varlong",
     "iter_records",
+    "seal_batch",
     "varlong_size",
 ]
 
 Buffer = bytes | bytearray | memoryview
+T = TypeVar("T")
 Headers = tuple[tuple[str, bytes | None], ...]
-
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-# --------------------------------------------------------------------------- varints
-
-
-def encode_uvarlong(value: int) -> bytes:
-    """Unsigned LEB128 of a value in [0, 2**64)."""
-    if not 0 <= value < 2**64:
-        raise ValueError(f"unsigned varlong out of range: {value}")
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def encode_uvarint(value: int) -> bytes:
-    """Unsigned varint of a value in [0, 2**32) (Kafka's ``writeUnsignedVarint``)."""
-    if not 0 <= value < 2**32:
-        raise ValueError(f"unsigned varint out of range: {value}")
-    return encode_uvarlong(value)
-
-
-def encode_varint(value: int) -> bytes:
-    """Zigzag varint of an int32 (Kafka's ``writeVarint``)."""
-    if not _INT32_MIN <= value <= _INT32_MAX:
-        raise ValueError(f"varint out of int32 range: {value}")
-    return encode_uvarlong(((value << 1) ^ (value >> 31)) & 0xFFFFFFFF)
-
-
-def encode_varlong(value: int) -> bytes:
-    """Zigzag varlong of an int64 (Kafka's ``writeVarlong``)."""
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"varlong out of int64 range: {value}")
-    return encode_uvarlong(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
-
-
-def varlong_size(value: int) -> int:
-    """Bytes that ``encode_varlong(value)`` (or ``encode_varint``) takes."""
-    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    size = 1
-    while z > 0x7F:
-        z >>= 7
-        size += 1
-    return size
-
-
-def _corrupt_varint(exc: VarintError) -> KafkaError:
-    return KafkaError(ErrorCode.corrupt_message, str(exc))
-
-
-def decode_uvarint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
-    """Read an unsigned varint (at most 5 bytes); return (value, position after it)."""
-    try:  # the one decoder, called directly: this runs several times per record
-        value, pos = read_uvarint(buf, pos, len(buf), 5)
-    except VarintError as exc:
-        raise _corrupt_varint(exc) from None
-    if value >= 2**32:
-        raise KafkaError(ErrorCode.corrupt_message, "unsigned varint exceeds 32 bits")
-    return value, pos
-
-
-def decode_uvarlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
-    """Read an unsigned varlong (at most 10 bytes); return (value, position after it)."""
-    try:
-        value, pos = read_uvarint(buf, pos, len(buf), 10)
-    except VarintError as exc:
-        raise _corrupt_varint(exc) from None
-    if value >= 2**64:
-        raise KafkaError(ErrorCode.corrupt_message, "unsigned varlong exceeds 64 bits")
-    return value, pos
-
-
-def decode_varint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
-    """Read a zigzag int32 varint; return (value, position after it)."""
-    z, pos = decode_uvarint(buf, pos)
-    return (z >> 1) ^ -(z & 1), pos
-
-
-def decode_varlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
-    """Read a zigzag int64 varlong; return (value, position after it)."""
-    z, pos = decode_uvarlong(buf, pos)
-    return (z >> 1) ^ -(z & 1), pos
-
 
 # --------------------------------------------------------------------------- records
 
@@ -172,31 +102,82 @@ class RecordInput(NamedTuple):
     timestamp: int | None = None
 
 
-def _encode_bytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        out += b"\x01"  # zigzag(-1)
-    else:
-        out += encode_varint(len(data))
-        out += data
-
-
-def _encode_record(
+def append_record(
+    out: bytearray,
     offset_delta: int,
     timestamp_delta: int,
     key: bytes | None,
     value: bytes | None,
-    headers: Sequence[tuple[str, bytes | None]],
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> None:
+    """Append one encoded record to ``out`` (a batch body being built)."""
+    if not 0 <= offset_delta <= 0x7FFFFFFF:
+        raise ValueError(f"offset delta out of range: {offset_delta}")
+    head = b"\x00" + zigzag(timestamp_delta) + zigzag(offset_delta)  # attributes unused
+    head += b"\x01" if key is None else zigzag(len(key)) + key  # zigzag(-1): null
+    if value is None:
+        head += b"\x01"
+        value = b""
+    else:
+        head += zigzag(len(value))
+    if headers:
+        tail: bytes | bytearray = bytearray(zigzag(len(headers)))
+        for h_key, h_value in headers:
+            h_key_b = h_key.encode("utf-8")
+            tail += zigzag(len(h_key_b)) + h_key_b
+            tail += b"\x01" if h_value is None else zigzag(len(h_value)) + h_value
+    else:
+        tail = b"\x00"
+    out += zigzag(len(head) + len(value) + len(tail))
+    out += head
+    out += value
+    out += tail
+
+
+def seal_batch(
+    body: bytes | bytearray,
+    *,
+    record_count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    base_offset: int = 0,
+    compression: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    timestamp_type: int = 0,
+    partition_leader_epoch: int = -1,
 ) -> bytes:
-    body = bytearray(b"\x00")  # record attributes, unused
-    body += encode_varlong(timestamp_delta)
-    body += encode_varint(offset_delta)
-    _encode_bytes(body, key)
-    _encode_bytes(body, value)
-    body += encode_varint(len(headers))
-    for h_key, h_value in headers:
-        _encode_bytes(body, h_key.encode("utf-8"))
-        _encode_bytes(body, h_value)
-    return encode_varint(len(body)) + body
+    """The RecordBatch v2 around ``body`` (``record_count`` records from ``append_record``,
+    offset deltas from 0): compressed with ``compression``, header and CRC added."""
+    if not 0 <= compression <= 4:
+        raise ValueError(f"unknown compression codec {compression}")
+    payload = compress(compression, body) if compression else bytes(body)
+    attributes = compression & ATTR_COMPRESSION_MASK
+    if timestamp_type:
+        attributes |= ATTR_TIMESTAMP_TYPE
+    if transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    if control:
+        attributes |= ATTR_CONTROL
+    header = BatchHeader(
+        base_offset=base_offset,
+        batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload),
+        partition_leader_epoch=partition_leader_epoch,
+        magic=2,
+        crc=0,
+        attributes=attributes,
+        last_offset_delta=record_count - 1,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=record_count,
+    )
+    return _seal(header, payload)
 
 
 def encode_batch(
@@ -221,46 +202,28 @@ def encode_batch(
     """
     if not records:
         raise ValueError("a record batch needs at least one record")
-    if not 0 <= compression <= 4:
-        raise ValueError(f"unknown compression codec {compression}")
     fallback = NO_TIMESTAMP if base_timestamp is None else base_timestamp
     timestamps = [fallback if r.timestamp is None else r.timestamp for r in records]
     first_timestamp = timestamps[0] if base_timestamp is None else base_timestamp
-    max_timestamp = max(timestamps)
 
     body = bytearray()
     for delta, (record, ts) in enumerate(zip(records, timestamps, strict=True)):
-        body += _encode_record(
-            delta, ts - first_timestamp, record.key, record.value, record.headers
-        )
-    if compression:
-        payload = compress(compression, body)
-    else:
-        payload = bytes(body)
-
-    attributes = compression & ATTR_COMPRESSION_MASK
-    if timestamp_type:
-        attributes |= ATTR_TIMESTAMP_TYPE
-    if transactional:
-        attributes |= ATTR_TRANSACTIONAL
-    if control:
-        attributes |= ATTR_CONTROL
-    header = BatchHeader(
-        base_offset=base_offset,
-        batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload),
-        partition_leader_epoch=partition_leader_epoch,
-        magic=2,
-        crc=0,
-        attributes=attributes,
-        last_offset_delta=len(records) - 1,
+        append_record(body, delta, ts - first_timestamp, record.key, record.value, record.headers)
+    return seal_batch(
+        body,
+        record_count=len(records),
         base_timestamp=first_timestamp,
-        max_timestamp=max_timestamp,
+        max_timestamp=max(timestamps),
+        base_offset=base_offset,
+        compression=compression,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
-        records_count=len(records),
+        transactional=transactional,
+        control=control,
+        timestamp_type=timestamp_type,
+        partition_leader_epoch=partition_leader_epoch,
     )
-    return _seal(header, payload)
 
 
 def _seal(header: BatchHeader, payload: bytes) -> bytes:
@@ -291,8 +254,8 @@ def encode_retained_batch(
         base_timestamp = header.max_timestamp
     body = bytearray()
     for record in records:
-        body += _encode_record(
-            record.offset - header.base_offset, record.timestamp - base_timestamp,
+        append_record(
+            body, record.offset - header.base_offset, record.timestamp - base_timestamp,
             record.key, record.value, record.headers,
         )
     if records and header.compression:
@@ -316,62 +279,84 @@ def _corrupt(message: str) -> KafkaError:
     return KafkaError(ErrorCode.corrupt_message, message)
 
 
-def _read_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
-    length, pos = decode_varint(buf, pos)
-    if length < 0:
-        if length != -1:
-            raise _corrupt(f"invalid length {length}")
-        return None, pos
-    if pos + length > end:
-        raise _corrupt("field runs past the end of its record")
-    return buf[pos : pos + length], pos + length
+RecordMaker = Callable[[int, int, "bytes | None", "bytes | None", Headers], T]
 
 
-def _decode_records(body: bytes, header: BatchHeader) -> list[Record]:
+def _decode_records(
+    buf: bytes, pos: int, body_end: int, header: BatchHeader, make: RecordMaker[T]
+) -> list[T]:
+    """The records of ``header``'s batch, whose (uncompressed) body is
+    ``buf[pos:body_end]``: ``make(offset, timestamp, key, value, headers)`` for each.
+
+    This runs for every consumed record: positions index ``buf`` directly (no copy of the
+    body) and the varints are read by the one decoder, called directly."""
+    read = read_uvarint
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
-    log_append = bool(header.attributes & ATTR_TIMESTAMP_TYPE)
-    max_timestamp = header.max_timestamp
-    records: list[Record] = []
-    pos = 0
-    body_end = len(body)
-    for _ in range(header.records_count):
-        length, pos = decode_varint(body, pos)
-        end = pos + length
-        if length < 1 or end > body_end:
-            raise _corrupt(f"invalid record length {length}")
-        pos += 1  # attributes
-        ts_delta, pos = decode_varlong(body, pos)
-        offset_delta, pos = decode_varint(body, pos)
-        key, pos = _read_bytes(body, pos, end)
-        value, pos = _read_bytes(body, pos, end)
-        count, pos = decode_varint(body, pos)
-        if count < 0:
-            raise _corrupt(f"invalid header count {count}")
-        headers: list[tuple[str, bytes | None]] = []
-        for _h in range(count):
-            h_key, pos = _read_bytes(body, pos, end)
-            if h_key is None:
-                raise _corrupt("null header key")
-            h_value, pos = _read_bytes(body, pos, end)
-            try:
-                headers.append((h_key.decode("utf-8"), h_value))
-            except UnicodeDecodeError as exc:
-                raise _corrupt("header key is not UTF-8") from exc
-        if pos != end:
-            raise _corrupt(f"record declares {length} bytes but holds {length + pos - end}")
-        records.append(
-            Record(
-                base_offset + offset_delta,
-                max_timestamp if log_append else base_timestamp + ts_delta,
-                key,
-                value,
-                tuple(headers),
-            )
-        )
+    append_time = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE else None
+    records: list[T] = []
+    append = records.append
+    try:
+        for _ in range(header.records_count):
+            z, pos = read(buf, pos, body_end, 5)
+            length = (z >> 1) ^ -(z & 1)
+            end = pos + length
+            if length < 1 or end > body_end:
+                raise _corrupt(f"invalid record length {length}")
+            z_ts, pos = read(buf, pos + 1, body_end, 10)  # past the attributes
+            z_off, pos = read(buf, pos, body_end, 5)
+            z, pos = read(buf, pos, body_end, 5)
+            key, pos = _field(buf, pos, end, z)
+            z, pos = read(buf, pos, body_end, 5)
+            value, pos = _field(buf, pos, end, z)
+            z, pos = read(buf, pos, body_end, 5)
+            headers, pos = _headers(buf, pos, end, body_end, z) if z else ((), pos)
+            if (z_off | z) >> 32 or z_ts >> 64:
+                raise _corrupt("varint exceeds its 32 or 64 bits")
+            if pos != end:
+                raise _corrupt(f"record declares {length} bytes but holds {length + pos - end}")
+            if append_time is None:
+                timestamp = base_timestamp + ((z_ts >> 1) ^ -(z_ts & 1))
+            else:
+                timestamp = append_time
+            append(make(base_offset + ((z_off >> 1) ^ -(z_off & 1)), timestamp, key, value,
+                        headers))  # fmt: skip
+    except VarintError as exc:
+        raise corrupt_varint(exc) from None
     if pos != body_end:
         raise _corrupt(f"{body_end - pos} bytes left after {header.records_count} records")
     return records
+
+
+def _field(buf: bytes, pos: int, end: int, z: int) -> tuple[bytes | None, int]:
+    """A key, value or header field of zigzag length ``z`` at ``pos`` (-1: null)."""
+    if z & 1:
+        if z != 1:
+            raise _corrupt(f"invalid length {(z >> 1) ^ -1}")
+        return None, pos
+    stop = pos + (z >> 1)
+    if stop > end:
+        raise _corrupt("field runs past the end of its record")
+    return buf[pos:stop], stop
+
+
+def _headers(buf: bytes, pos: int, end: int, body_end: int, z: int) -> tuple[Headers, int]:
+    count = (z >> 1) ^ -(z & 1)
+    if count < 0:
+        raise _corrupt(f"invalid header count {count}")
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        z, pos = read_uvarint(buf, pos, body_end, 5)
+        h_key, pos = _field(buf, pos, end, z)
+        if h_key is None:
+            raise _corrupt("null header key")
+        z, pos = read_uvarint(buf, pos, body_end, 5)
+        h_value, pos = _field(buf, pos, end, z)
+        try:
+            headers.append((h_key.decode("utf-8"), h_value))
+        except UnicodeDecodeError as exc:
+            raise _corrupt("header key is not UTF-8") from exc
+    return tuple(headers), pos
 
 
 def _check_frame(data: Buffer, pos: int) -> int:
@@ -391,10 +376,23 @@ def _check_frame(data: Buffer, pos: int) -> int:
     return size
 
 
+@overload
 def decode_batch(
     data: Buffer, pos: int = 0, *, verify_crc: bool = True
-) -> tuple[BatchHeader, list[Record]]:
-    """Decode the batch at ``pos``: its header and records with absolute offsets/timestamps.
+) -> tuple[BatchHeader, list[Record]]: ...
+
+
+@overload
+def decode_batch(
+    data: Buffer, pos: int = 0, *, verify_crc: bool = True, make: RecordMaker[T]
+) -> tuple[BatchHeader, list[T]]: ...
+
+
+def decode_batch(
+    data: Buffer, pos: int = 0, *, verify_crc: bool = True, make: Any = Record
+) -> tuple[BatchHeader, list[Any]]:
+    """Decode the batch at ``pos``: its header and records with absolute offsets/timestamps,
+    each ``make(offset, timestamp, key, value, headers)`` (a ``Record`` by default).
 
     With LogAppendTime every record's timestamp is the batch's maxTimestamp.
     """
@@ -402,22 +400,45 @@ def decode_batch(
     header = parse_header(data, pos)
     if verify_crc and batch_crc(data, pos, size) != header.crc:
         raise _corrupt("crc mismatch")
-    body = bytes(memoryview(data)[pos + HEADER_SIZE : pos + size])
-    body = decompress(header.compression, body)
-    return header, _decode_records(body, header)
+    start, end = pos + HEADER_SIZE, pos + size
+    if header.compression:
+        body = decompress(header.compression, bytes(memoryview(data)[start:end]))
+        return header, _decode_records(body, 0, len(body), header, make)
+    if not isinstance(data, bytes):  # record fields are sliced out of it: they must be bytes
+        data, start, end = bytes(memoryview(data)[start:end]), 0, end - start
+    return header, _decode_records(data, start, end, header, make)
+
+
+@overload
+def iter_records(
+    data: Buffer, *, verify_crc: bool = True
+) -> Iterator[tuple[BatchHeader, list[Record]]]: ...
+
+
+@overload
+def iter_records(
+    data: Buffer, *, verify_crc: bool = True, make: RecordMaker[T]
+) -> Iterator[tuple[BatchHeader, list[T]]]: ...
 
 
 def iter_records(
-    data: Buffer, *, verify_crc: bool = True
-) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    data: Buffer, *, verify_crc: bool = True, make: Any = Record
+) -> Iterator[tuple[BatchHeader, list[Any]]]:
     """Decode concatenated batches; a partial batch at the end (as a fetch may return) is
     skipped, corruption anywhere else raises CORRUPT_MESSAGE."""
+    for pos in batch_positions(data):
+        yield decode_batch(data, pos, verify_crc=verify_crc, make=make)
+
+
+def batch_positions(data: Buffer) -> Iterator[int]:
+    """Where each batch of ``data`` starts, but for a partial batch at the end. Positions
+    follow the batches' length fields: a reader stops at the first batch that does not
+    decode."""
     end = len(data)
     pos = 0
     while end - pos >= HEADER_SIZE:
         batch_length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
         if batch_length >= MIN_BATCH_LENGTH and pos + batch_length + LOG_OVERHEAD > end:
             return  # partial trailing batch
-        header, records = decode_batch(data, pos, verify_crc=verify_crc)
-        yield header, records
-        pos += header.size
+        yield pos
+        pos += batch_length + LOG_OVERHEAD

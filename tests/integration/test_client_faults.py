@@ -100,3 +100,29 @@ def test_commit_survives_a_lost_end_txn_response(proxied_broker: object) -> None
         producer.commit_transaction()
     got = read_all(bootstrap, topic, 6)
     assert [m.value for m in got] == [b"t0", b"t1", b"t2", b"t3", b"t4", b"next"]
+
+
+def test_producer_pipelines_batches_of_a_partition_up_to_max_in_flight(
+    proxied_broker: object,
+) -> None:
+    # Produce responses are held back a second: the requests the producer sends meanwhile
+    # are its batches in flight. One partition, many full batches: it sends exactly as many
+    # as max.in.flight.requests.per.connection allows, then waits, and the records still
+    # land once each, in order.
+    bootstrap = proxied_broker.bootstrap  # type: ignore[attr-defined]
+    proxy = proxied_broker.proxy  # type: ignore[attr-defined]
+    topic = make_topic(bootstrap)
+    config = {"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.size": 2048,
+              "max.in.flight.requests.per.connection": 3}  # fmt: skip
+    with Producer(config) as producer:
+        producer.partitions_for(topic)
+        proxy.set_rules(FaultRules(delay={ApiKey.PRODUCE: 1.0}))
+        futures = [producer.send(topic, f"{i:05d}".encode() * 100) for i in range(60)]
+        stats = proxy.wait_for(
+            lambda s: s.requests.get(ApiKey.PRODUCE, 0) - s.responses.get(ApiKey.PRODUCE, 0) >= 3
+        )
+        assert stats.requests[ApiKey.PRODUCE] - stats.responses.get(ApiKey.PRODUCE, 0) == 3
+        assert producer.flush(60) == 0
+        assert [f.result().offset for f in futures] == list(range(60))
+    got = read_all(bootstrap, topic, 60)
+    assert [m.value for m in got] == [f"{i:05d}".encode() * 100 for i in range(60)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +38,12 @@ __all__ = ["Fetcher"]
 @dataclass
 class _Chunk:
     fetch_offset: int
-    messages: deque[Message]
+    messages: list[Message]
     next_offset: int
     # Raised by poll once ``messages`` are handed out, and again by every poll until a seek
     # replaces the chunk: the partition is not refetched meanwhile (Java's corruptLastRecord).
     error: CorruptRecordError | None = None
+    taken: int = 0  # messages[:taken] were handed out (slices, not one pop per record)
 
 
 class Fetcher:
@@ -239,7 +240,7 @@ class Fetcher:
                     ):
                         self.chunks[tp] = _Chunk(
                             fetch_offset,
-                            deque(fetched.messages),
+                            fetched.messages,
                             fetched.next_offset,
                             fetched.error,
                         )
@@ -281,12 +282,13 @@ class Fetcher:
             if self.offsets.positions.get(tp) != chunk.fetch_offset:
                 del self.chunks[tp]  # the position moved (seek) since this was fetched
                 continue
-            while chunk.messages and len(out) < max_records:
-                message = chunk.messages.popleft()
-                out.append(message)
-                self.offsets.positions[tp] = message.offset + 1
-                chunk.fetch_offset = message.offset + 1
-            if chunk.messages:
+            start = chunk.taken
+            if start < len(chunk.messages):
+                part = chunk.messages[start : start + max_records - len(out)]
+                chunk.taken = start + len(part)
+                out += part
+                self.offsets.positions[tp] = chunk.fetch_offset = part[-1].offset + 1
+            if chunk.taken < len(chunk.messages):
                 continue
             position = max(chunk.next_offset, self.offsets.positions.get(tp) or 0)
             self.offsets.positions[tp] = position

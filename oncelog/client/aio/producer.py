@@ -22,10 +22,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from oncelog.client.accumulator import RecordAccumulator
-from oncelog.client.aio.client import KafkaClient
-from oncelog.client.aio.sender import Delivery, DeliveryCallback, Sender, mono_ms
+from oncelog.client.aio.client import KafkaClient, TopicInfo
+from oncelog.client.aio.sender import DeliveryCallback, Sender, mono_ms
 from oncelog.client.aio.transaction_manager import TransactionManager
 from oncelog.client.config import ClientConfig
+from oncelog.client.delivery import RecordFuture, bound
 from oncelog.client.errors import (
     ConfigError,
     KafkaClientError,
@@ -37,11 +38,9 @@ from oncelog.client.types import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
     PreparedTxnState,
-    RecordMetadata,
     TopicPartition,
 )
 from oncelog.errors import ErrorCode
-from oncelog.records.codec import RecordInput
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +111,8 @@ class AIOProducer:
             compression=self.compression,
         )
         self._send_lock = asyncio.Lock()
+        self._max_request_size: int = cfg["max.request.size"]
+        self._tps: dict[str, list[TopicPartition]] = {}  # made once, not per record
 
     @property
     def txn(self) -> TxnStateMachine:
@@ -151,46 +152,83 @@ class AIOProducer:
         headers: HeadersArg = None,
         timestamp: int | None = None,
         on_delivery: DeliveryCallback | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue one record; the returned future resolves when the broker acknowledges it."""
+        self.check_send()
+        await self.start()
+        info = await self.wait_topic_info(topic)
+        future = RecordFuture(self.accumulator.cond)
+        self.append(info, future, topic, value, key, partition, headers, timestamp, on_delivery)
+        bound([future], self.accumulator.cond)
+        return future
+
+    def check_send(self) -> None:
         self._check_usable()
         if self.transactional_id is not None:
             self.txn.check_call("send")
-        await self.start()
+
+    async def wait_topic_info(self, topic: str) -> TopicInfo:
+        """The topic's metadata, fetched (within ``max.block.ms``) unless it is cached."""
         info = self.client.cached_topic_info(topic)
         if info is None:
             async with self._send_lock:  # FIFO: later sends wait behind this one
                 info = await self.client.topic_info(topic, timeout_ms=self.config["max.block.ms"])
-        key_b, value_b = _to_bytes(key), _to_bytes(value)
+        return info
+
+    def append(
+        self,
+        info: TopicInfo,
+        future: RecordFuture,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: HeadersArg = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        now_ms: int | None = None,
+    ) -> None:
+        """Append one record of ``topic`` (whose metadata is ``info``) and bind ``future``
+        to it; the caller then calls ``delivery.bound`` for the futures it bound. Raises
+        what stops the record (the future is then left alone)."""
+        self.check_send()
+        key_b = key if key is None or type(key) is bytes else _to_bytes(key)
+        value_b = value if value is None or type(value) is bytes else _to_bytes(value)
+        num_partitions = info.num_partitions
         if partition is None:
-            partition = self.partitioner.partition(topic, key_b, info.num_partitions)
-        elif not 0 <= partition < info.num_partitions:
+            partition = self.partitioner.partition(topic, key_b, num_partitions)
+        elif not 0 <= partition < num_partitions:
             raise KafkaClientError(
-                f"{topic} has no partition {partition} ({info.num_partitions} partitions)",
+                f"{topic} has no partition {partition} ({num_partitions} partitions)",
                 ErrorCode.unknown_topic_or_partition,
             )
-        tp = TopicPartition(topic, partition)
-        record = RecordInput(
-            key=key_b,
-            value=value_b,
-            headers=_headers(headers),
-            timestamp=_wall_ms() if timestamp is None else int(timestamp),
+        size = (len(key_b) if key_b else 0) + (len(value_b) if value_b else 0)
+        if size > self._max_request_size:
+            raise MessageSizeTooLargeError(
+                f"record of {size} bytes > max.request.size={self._max_request_size}"
+            )
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) < num_partitions:
+            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(num_partitions)]
+        tp = tps[partition]
+        if timestamp is None:
+            timestamp = _wall_ms()
+        elif type(timestamp) is not int:
+            timestamp = int(timestamp)
+        future.timestamp = ts = timestamp
+        if self.transactional_id is not None:
+            self.transactions.on_append(tp)
+        now = mono_ms() if now_ms is None else now_ms
+        batch, index, full = self.accumulator.append(
+            tp, key_b, value_b, _headers(headers), ts, now, on_delivery
         )
-        size = len(key_b or b"") + len(value_b or b"")
-        limit = self.config["max.request.size"]
-        if size > limit:
-            raise MessageSizeTooLargeError(f"record of {size} bytes > max.request.size={limit}")
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        delivery = Delivery(future, on_delivery, record.timestamp or -1)
-        self.transactions.on_append(tp)
-        _, full = self.accumulator.append(tp, record, delivery, mono_ms())
-        self.partitioner.on_append(topic, partition, size, info.num_partitions)
-        self.sender.add_pending(future)
-        if full or self.accumulator.linger_ms == 0:
+        future.bind(batch.result, index)
+        self.partitioner.on_append(topic, partition, size, num_partitions)
+        if index == 0:
+            self.sender.add_pending(batch)
+            self.sender.wakeup()  # to send it, or to schedule its linger timer
+        elif full or self.accumulator.linger_ms == 0:
             self.sender.wakeup()
-        elif len(self.sender.pending) == 1:
-            self.sender.wakeup()  # let the sender schedule the linger timer
-        return future
 
     async def flush(self, timeout: float | None = None) -> int:
         """Send everything queued and wait for the acknowledgements. Returns how many

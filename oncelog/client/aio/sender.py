@@ -2,13 +2,18 @@
 
 The drain side of the Java client's RecordAccumulator plus its Sender. One sender task
 drains ready batches, groups them by leader and sends one Produce request per leader
-(several leaders in parallel, each in its own produce task). A partition has at most one
-batch in flight, so a retried batch keeps its place and its sequence number: with
-idempotence the broker appends it at most once. Each batch gets the producer id, epoch and
-next sequence of its partition when first drained, and again after an epoch bump
-(``_prepare_batch``). Retriable errors re-enqueue a batch until ``retries`` or
+(several leaders in parallel, each in its own produce task). A partition has up to
+``max.in.flight.requests.per.connection`` batches in flight, one per request (the
+connection pipelines them and the broker answers in order). Each batch gets the producer
+id, epoch and next sequence of its partition when first drained, and again after an epoch
+bump (``_prepare_batch``). A retried batch keeps its sequence number, so with idempotence
+the broker appends it at most once, and goes back into its queue in sequence order; while a
+partition has a retry outstanding only one batch of it is in flight (as Java does). A later
+batch that the broker refuses as out of order because an earlier one is being retried is
+retried too. Retriable errors re-enqueue a batch until ``retries`` or
 ``delivery.timeout.ms`` run out; queued batches older than ``delivery.timeout.ms`` expire.
-A batch's outcome settles its records' futures and ``on_delivery`` callbacks; an error is
+A batch's outcome settles its ``ProduceResult`` (its records' futures) and the records'
+``on_delivery`` callbacks; an error is
 classified (fatal, unresolved sequence, abortable) for the ``TransactionManager``, which
 also holds back partitions not yet added to the transaction. An unexpected error in the
 sender or in a produce task fails the records it was handling instead of leaving them
@@ -42,15 +47,19 @@ from oncelog.client.errors import (
 )
 from oncelog.client.txn_requests import FENCING
 from oncelog.client.types import RecordMetadata, TopicPartition
-from oncelog.client.wire import nested, request
+from oncelog.client.wire import produce_request
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Delivery", "DeliveryCallback", "Sender", "mono_ms"]
+__all__ = ["DeliveryCallback", "Sender", "mono_ms"]
 
 DeliveryCallback = Callable[[KafkaClientError | None, RecordMetadata | None], None]
+
+
+# The broker refuses a batch's sequence: possibly because an earlier batch is missing.
+_SEQUENCE_ERRORS = (ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id)
 
 
 def mono_ms() -> int:
@@ -58,22 +67,6 @@ def mono_ms() -> int:
 
 
 _mono_ms = mono_ms
-
-
-class Delivery:
-    """The per-record handle the accumulator carries: future plus callback."""
-
-    __slots__ = ("callback", "future", "timestamp")
-
-    def __init__(
-        self,
-        future: asyncio.Future[RecordMetadata],
-        callback: DeliveryCallback | None,
-        timestamp: int,
-    ) -> None:
-        self.future = future
-        self.callback = callback
-        self.timestamp = timestamp
 
 
 class Sender:
@@ -93,9 +86,11 @@ class Sender:
         self.transactions = transactions
         self.acks = acks
         self.compression = compression
-        # Futures of the records sent and not yet acknowledged or failed.
-        self.pending: set[asyncio.Future[RecordMetadata]] = set()
-        self._in_flight: set[TopicPartition] = set()
+        # Batches appended and not yet acknowledged or failed.
+        self.pending: set[ProducerBatch] = set()
+        # Per partition, its batches in flight in the order they were sent.
+        self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
+        self._max_in_flight = max(1, int(config["max.in.flight.requests.per.connection"]))
         self._wakeup = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
         self._request_tasks: set[asyncio.Task[None]] = set()
@@ -122,10 +117,9 @@ class Sender:
     def wakeup(self) -> None:
         self._wakeup.set()
 
-    def add_pending(self, future: asyncio.Future[RecordMetadata]) -> None:
-        """Track ``future`` (a record just appended) until it is done."""
-        self.pending.add(future)
-        future.add_done_callback(self.pending.discard)
+    def add_pending(self, batch: ProducerBatch) -> None:
+        """Track ``batch`` (just created) until it is done."""
+        self.pending.add(batch)
 
     async def close(self, timeout: float | None = None) -> None:
         """Send what is queued (within ``timeout`` seconds), fail the rest, stop the tasks."""
@@ -157,10 +151,10 @@ class Sender:
         self.accumulator.begin_flush()
         self._wakeup.set()
         try:
-            _, not_done = await asyncio.wait(pending, timeout=timeout)
+            await asyncio.wait([b.result.waiter() for b in pending], timeout=timeout)
         finally:
             self.accumulator.end_flush()
-        return len(not_done)
+        return sum(b.record_count for b in pending if not b.result.done)
 
     # ------------------------------------------------------------------ sender
 
@@ -189,7 +183,7 @@ class Sender:
         their own. The loop then goes on with the records sent after this."""
         held, self._sender_batches = self._sender_batches, []
         for batch in held:
-            self._in_flight.discard(batch.tp)
+            self._landed(batch)
         self._fail_unexpectedly(held + self.accumulator.remove_all(), error)
         self._wakeup.set()
 
@@ -208,10 +202,11 @@ class Sender:
                 and self.transactions.pending_partitions
             ):
                 self.transactions.maybe_add_partitions()
-            muted = frozenset(self._in_flight | self.transactions.pending_partitions)
-            ready = self.accumulator.ready(now, muted)
-            if ready and (self.transactions.producer_id >= 0 or not self.transactions.idempotent):
-                await self._send_ready(ready)
+            if self.transactions.producer_id >= 0 or not self.transactions.idempotent:
+                # Drain until every partition is muted (its in-flight limit reached) or idle.
+                while ready := self.accumulator.ready(now, self._muted()):
+                    if not await self._send_ready(ready):
+                        break
         delay = self.accumulator.next_ready_delay_ms(mono_ms())
         self._wakeup.clear()
         if delay is not None and delay <= 0 and not self._ready_sendable():
@@ -224,12 +219,35 @@ class Sender:
                 await self._wakeup.wait()
 
     def _ready_sendable(self) -> bool:
-        muted = frozenset(self._in_flight | self.transactions.pending_partitions)
-        return bool(self.accumulator.ready(mono_ms(), muted))
+        return bool(self.accumulator.ready(mono_ms(), self._muted()))
+
+    def _muted(self) -> frozenset[TopicPartition]:
+        """Partitions that may not send now: not yet in the transaction, at the in-flight
+        limit, or retrying with a batch in flight (retries go one at a time)."""
+        muted = set(self.transactions.pending_partitions)
+        for tp, batches in self._in_flight.items():
+            if not batches:
+                continue
+            head = self.accumulator.head(tp)
+            if (
+                len(batches) >= self._max_in_flight
+                or batches[-1].attempts > 1
+                or (head is not None and head.attempts > 0)
+            ):
+                muted.add(tp)
+        return frozenset(muted)
+
+    def _landed(self, batch: ProducerBatch) -> None:
+        """``batch`` is no longer in flight."""
+        batches = self._in_flight.get(batch.tp)
+        if batches is not None and batch in batches:
+            batches.remove(batch)
+            if not batches:
+                del self._in_flight[batch.tp]
 
     def _expire_batches(self, now: int) -> None:
         timeout = self.config["delivery.timeout.ms"]
-        for batch in self.accumulator.pop_expired(now, timeout, self._in_flight):
+        for batch in self.accumulator.pop_expired(now, timeout, self._in_flight.keys()):
             age = now - batch.created_ms
             exc = KafkaTimeoutError(
                 f"{batch.record_count} record(s) for {batch.tp} expired after {age} ms"
@@ -238,7 +256,9 @@ class Sender:
                 self.transactions.on_unresolved_sequence(exc)
             self._fail_batch(batch, exc)
 
-    async def _send_ready(self, ready: list[TopicPartition]) -> None:
+    async def _send_ready(self, ready: list[TopicPartition]) -> bool:
+        """One Produce request per leader of ``ready``; False if none could be sent."""
+        sent = False
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
         for tp in ready:
             leader = self.client.leader_for(tp.topic, tp.partition)
@@ -254,11 +274,13 @@ class Sender:
             self._sender_batches = batches
             for batch in batches:
                 self._prepare_batch(batch)
-                self._in_flight.add(batch.tp)
+                self._in_flight.setdefault(batch.tp, []).append(batch)
             task = asyncio.get_running_loop().create_task(self._produce(leader, batches))
             self._sender_batches = []  # the produce task owns them now
             self._request_tasks.add(task)
             task.add_done_callback(self._request_tasks.discard)
+            sent = True
+        return sent
 
     def _prepare_batch(self, batch: ProducerBatch) -> None:
         batch.attempts += 1
@@ -285,46 +307,23 @@ class Sender:
             self._fail_unexpectedly(batches, unexpected(f"produce to node {leader}", exc))
         finally:
             for b in batches:
-                self._in_flight.discard(b.tp)
+                self._landed(b)
             self._wakeup.set()
 
     async def _produce_batches(self, leader: int, batches: list[ProducerBatch]) -> None:
-        encoded = {id(b): b.encode(self.compression) for b in batches}
-        by_topic: dict[str, list[ProducerBatch]] = defaultdict(list)
+        topics: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
         for b in batches:
-            by_topic[b.tp.topic].append(b)
-
-        def build(version: int) -> Any:
-            return request(
-                api.PRODUCE,
-                version,
-                transactional_id=self.transactions.transactional_id,
-                acks=self.acks,
-                timeout=self.config["request.timeout.ms"],
-                topic_data=tuple(
-                    nested(
-                        api.PRODUCE,
-                        version,
-                        "TopicProduceData",
-                        name=topic,
-                        partition_data=tuple(
-                            nested(
-                                api.PRODUCE,
-                                version,
-                                "PartitionProduceData",
-                                index=b.tp.partition,
-                                records=encoded[id(b)],
-                            )
-                            for b in items
-                        ),
-                    )
-                    for topic, items in by_topic.items()
-                ),
-            )
+            topics[b.tp.topic].append((b.tp.partition, b.encode(self.compression)))
 
         try:
             conn = await self.client.connection(leader)
-            body = build(conn.version(api.PRODUCE))
+            body = produce_request(
+                conn.version(api.PRODUCE),
+                self.transactions.transactional_id,
+                self.acks,
+                self.config["request.timeout.ms"],
+                topics,
+            )
             response = await conn.send(body, expect_response=self.acks != 0)
         except RetriableError as exc:
             for b in batches:
@@ -361,7 +360,9 @@ class Sender:
                 continue
             message = getattr(part, "error_message", None) or ""
             err = error_for(code, f"produce to {b.tp}: {message}".rstrip(": "))
-            if isinstance(err, RetriableError):
+            if isinstance(err, RetriableError) or (
+                code in _SEQUENCE_ERRORS and self._earlier_unresolved(b)
+            ):
                 refresh = refresh or code in (
                     ErrorCode.not_leader_or_follower,
                     ErrorCode.unknown_topic_or_partition,
@@ -374,7 +375,33 @@ class Sender:
             with contextlib.suppress(KafkaClientError):
                 await self.client.refresh_metadata()
 
+    def _earlier_unresolved(self, batch: ProducerBatch) -> bool:
+        """Whether the broker's refusal of ``batch``'s sequence may come from an earlier
+        batch instead: one of its partition and producer epoch is still in flight or to be
+        retried, or (without transactions) the epoch is being bumped, after which the batch
+        gets a new sequence. Then the batch is retried; otherwise its sequence is
+        unresolved."""
+        if not batch.has_sequence:
+            return False
+        txns = self.transactions
+        if txns.transactional_id is None and (
+            txns.need_epoch_bump
+            or (batch.producer_id, batch.producer_epoch) != (txns.producer_id, txns.producer_epoch)
+        ):
+            return True
+        for other in (*self._in_flight.get(batch.tp, ()), *self.accumulator.queued(batch.tp)):
+            if (
+                other is not batch
+                and other.has_sequence
+                and other.producer_id == batch.producer_id
+                and other.producer_epoch == batch.producer_epoch
+                and other.base_sequence < batch.base_sequence
+            ):
+                return True
+        return False
+
     def _retry_or_fail(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
+        self._landed(batch)
         age = mono_ms() - batch.created_ms
         if (
             age >= self.config["delivery.timeout.ms"]
@@ -394,14 +421,16 @@ class Sender:
         self.accumulator.reenqueue(batch)
 
     def _complete_ok(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
-        for i, delivery in enumerate(batch.handles):
-            offset = base_offset + i if base_offset >= 0 else -1
-            ts = log_append_time if log_append_time >= 0 else delivery.timestamp
-            meta = RecordMetadata(batch.tp.topic, batch.tp.partition, offset, ts)
-            if not delivery.future.done():
-                delivery.future.set_result(meta)
-            if delivery.callback is not None:
-                self._run_callback(delivery.callback, None, meta)
+        self._landed(batch)
+        self.pending.discard(batch)
+        if batch.result.done:
+            return
+        batch.result.complete(base_offset, log_append_time, None)
+        topic, partition = batch.tp
+        for index, timestamp, callback in batch.handles:
+            offset = base_offset + index if base_offset >= 0 else -1
+            ts = log_append_time if log_append_time >= 0 else timestamp
+            self._run_callback(callback, None, RecordMetadata(topic, partition, offset, ts))
 
     def _complete_failed(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
         """A non-retriable error for this batch: classify, then fail its records."""
@@ -428,7 +457,7 @@ class Sender:
         """Fail the records of ``batches`` not yet completed after an unexpected error; one
         that was sent may or may not have been written, so its sequence is unresolved."""
         for b in batches:
-            if all(d.future.done() for d in b.handles):
+            if b.result.done:
                 continue  # completed before the failure
             if b.has_sequence:
                 self.transactions.on_unresolved_sequence(error)
@@ -437,13 +466,14 @@ class Sender:
             self._fail_batch(b, error)
 
     def _fail_batch(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
+        self._landed(batch)
+        self.pending.discard(batch)
         self.transactions.on_failure(exc)
-        for delivery in batch.handles:
-            if not delivery.future.done():
-                delivery.future.set_exception(exc)
-                delivery.future.exception()  # mark retrieved: the caller may not look
-            if delivery.callback is not None:
-                self._run_callback(delivery.callback, exc, None)
+        if batch.result.done:
+            return
+        batch.result.complete(-1, -1, exc)
+        for _, _, callback in batch.handles:
+            self._run_callback(callback, exc, None)
 
     @staticmethod
     def _run_callback(

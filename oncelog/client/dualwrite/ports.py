@@ -8,10 +8,10 @@ names of the points in a unit where ``on_step`` is called. No behaviour lives he
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any, Literal, Protocol
 
-from oncelog.client.types import PreparedTxnState, RecordMetadata
+from oncelog.client.delivery import DeliveryFuture
+from oncelog.client.types import PreparedTxnState
 
 # Points in a unit where ``on_step`` is called (crash tests kill the process there).
 STEPS = ("after_prepare", "before_db_commit", "after_db_commit", "after_log_commit")
@@ -69,7 +69,7 @@ class TransactionalProducer(Protocol):
         partition: int | None = None,
         headers: Any = None,
         timestamp: int | None = None,
-    ) -> Future[RecordMetadata]: ...
+    ) -> DeliveryFuture: ...
 
     def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState: ...
 

@@ -8,12 +8,11 @@ unit's producer, counted so that a unit that sent none commits the database alon
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import Future
 from typing import Any
 
+from oncelog.client.delivery import DeliveryFuture
 from oncelog.client.dualwrite.ports import TransactionalProducer
 from oncelog.client.dualwrite.sql import ParamStyle
-from oncelog.client.types import RecordMetadata
 
 
 class DualWriteUnit:
@@ -44,7 +43,7 @@ class DualWriteUnit:
         partition: int | None = None,
         headers: Any = None,
         timestamp: int | None = None,
-    ) -> Future[RecordMetadata]:
+    ) -> DeliveryFuture:
         """Send a record in this unit's log transaction."""
         future = self._producer.send(topic, value, key, partition, headers, timestamp)
         self.sent += 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any
 
-from oncelog.client import Consumer, OffsetAndMetadata, Producer, RecordMetadata, TopicPartition
+from oncelog.client import Consumer, OffsetAndMetadata, Producer, TopicPartition
+from oncelog.client.delivery import DeliveryFuture
 from oncelog.client.errors import AbortableError, FatalError, KafkaClientError
 from oncelog.verify.clients import ClientError, ClientSettings, Record
 
@@ -19,7 +20,7 @@ def _translate(exc: BaseException) -> ClientError:
 
 
 class _Delivery:
-    def __init__(self, future: concurrent.futures.Future[RecordMetadata]) -> None:
+    def __init__(self, future: DeliveryFuture) -> None:
         self._future = future
 
     def offset(self, timeout: float) -> int | None:

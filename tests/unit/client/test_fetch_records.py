@@ -1,11 +1,28 @@
-"""Aborted-transaction filtering over hand-built fetch data (KIP-98 "Consumer" section)."""
+"""Aborted-transaction filtering over hand-built fetch data (KIP-98 "Consumer" section).
+
+Every test runs twice: with aiokafka's native batch decoder for uncompressed batches, and
+with the codec's alone."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
+from oncelog.client import fetch_records
 from oncelog.client.fetch_records import decode_fetched
 from oncelog.records.batch import set_base_offset
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.control import ControlType, encode_marker_batch
+
+
+@pytest.fixture(autouse=True, params=["native", "codec"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "codec":
+        monkeypatch.setattr(fetch_records, "NATIVE_BATCH", None)
+    else:
+        assert fetch_records.NATIVE_BATCH is not None  # aiokafka (a test dependency) is here
+    yield request.param
 
 
 def data_batch(base: int, values: list[bytes], pid: int = -1, transactional: bool = False) -> bytes:
@@ -199,3 +216,31 @@ def test_without_crc_check_a_flipped_value_byte_is_not_detected() -> None:
     result = decode_fetched("t", 0, log, 0, read_committed=False, verify_crc=False)
     assert result.error is None
     assert len(result.messages) == 1
+
+
+@pytest.mark.parametrize("compression", [0, 1, 4])
+@pytest.mark.parametrize("log_append_time", [False, True])
+def test_both_decoders_give_the_same_messages(compression: int, log_append_time: bool) -> None:
+    records = [
+        RecordInput(b"k", b"v" * 300, (("h", b"1"), ("empty", None)), 1000),
+        RecordInput(None, None, (), 990),
+        RecordInput(b"", b"", (), 5000),
+        RecordInput(None, bytes(range(256)) * 70, (), 1001),
+    ]
+    log = encode_batch(records, base_offset=10, compression=compression,
+                       timestamp_type=int(log_append_time)) + data_batch(14, [b"x"])  # fmt: skip
+    native = decode_fetched("t", 1, log, 11, read_committed=True)
+    codec = decode_fetched("t", 1, log, 11, read_committed=True, native=False)
+    assert native == codec
+    assert [m.offset for m in native.messages] == [11, 12, 13, 14]
+    assert native.messages[0].timestamp == (5000 if log_append_time else 990)
+    assert native.messages[0].timestamp_type == int(log_append_time)
+
+
+def test_a_record_running_past_its_batch_is_corrupt_for_both_decoders() -> None:
+    batch = bytearray(data_batch(0, [b"abc"]))
+    batch[61] = 0x7E  # the record's length varint: far more than the batch holds
+    for native in (True, False):
+        result = decode_fetched("t", 0, bytes(batch), 0, read_committed=False, native=native,
+                                verify_crc=False)  # fmt: skip
+        assert result.messages == [] and result.error is not None

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from oncelog.client.accumulator import ProducerBatch
 from oncelog.client.aio.producer import AIOProducer
-from oncelog.client.aio.sender import Delivery
+from oncelog.client.aio.sender import mono_ms
+from oncelog.client.delivery import RecordFuture
 from oncelog.client.errors import (
     AbortableError,
     KafkaClientError,
@@ -21,9 +23,8 @@ from oncelog.client.errors import (
 )
 from oncelog.client.txn_requests import check_add_partitions, txn_error, txn_offset_commit_error
 from oncelog.client.txn_state import TxnEvent, TxnState
-from oncelog.client.types import RecordMetadata, TopicPartition
+from oncelog.client.types import TopicPartition
 from oncelog.errors import ErrorCode
-from oncelog.records.codec import RecordInput
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -33,11 +34,13 @@ def producer(**extra: Any) -> AIOProducer:
     return AIOProducer({"bootstrap.servers": "127.0.0.1:1", **extra})
 
 
-def queue_record(p: AIOProducer, tp: TopicPartition) -> asyncio.Future[RecordMetadata]:
-    future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+def queue_record(p: AIOProducer, tp: TopicPartition, value: bytes = b"v") -> RecordFuture:
+    future = RecordFuture(p.accumulator.cond, 1)
     p.transactions.on_append(tp)
-    p.accumulator.append(tp, RecordInput(value=b"v", timestamp=1), Delivery(future, None, 1), 0)
-    p.sender.add_pending(future)
+    batch, index, _ = p.accumulator.append(tp, None, value, (), 1, mono_ms())
+    future.bind(batch.result, index)
+    if index == 0:
+        p.sender.add_pending(batch)
     return future
 
 
@@ -116,6 +119,43 @@ def test_a_transactional_batch_refused_as_outside_a_transaction_is_abortable() -
         assert p.transactions.fatal is None
         assert p.transactions.txn.state is TxnState.ABORTABLE_ERROR
         assert isinstance(p.transactions.txn.error, AbortableError)
+
+    asyncio.run(scenario())
+
+
+def test_batches_in_flight_per_partition_up_to_the_limit_and_retries_one_at_a_time() -> None:
+    async def scenario() -> None:
+        p = producer(**{"max.in.flight.requests.per.connection": 2, "batch.size": 100})
+        p.transactions.producer_id, p.transactions.producer_epoch = 7, 0
+        futures = [queue_record(p, TP0, b"x" * 70) for _ in range(4)]  # a batch each
+        sender = p.sender
+
+        def send_one() -> ProducerBatch:
+            (batch,) = p.accumulator.drain([TP0], 1 << 20)
+            sender._prepare_batch(batch)
+            sender._in_flight.setdefault(TP0, []).append(batch)
+            return batch
+
+        b0 = send_one()
+        assert TP0 not in sender._muted()
+        b1 = send_one()
+        assert TP0 in sender._muted() and (b0.base_sequence, b1.base_sequence) == (0, 1)
+        # b0 is lost: it goes back to the head, and nothing new goes while b1 is in flight
+        sender._retry_or_fail(b0, KafkaClientError("lost", ErrorCode.network_exception))
+        assert p.accumulator.head(TP0) is b0 and TP0 in sender._muted()
+        # b1 is refused as out of order because b0 is missing: it is retried, after b0
+        assert sender._earlier_unresolved(b1)
+        sender._retry_or_fail(b1, OutOfOrderSequenceError("oos", ErrorCode(45)))
+        assert list(p.accumulator.queued(TP0))[:2] == [b0, b1]
+        assert TP0 not in sender._muted()
+        assert send_one() is b0 and b0.base_sequence == 0  # same sequence: deduplicated
+        assert TP0 in sender._muted()  # a retry in flight: one at a time
+        sender._complete_ok(b0, 0, -1)
+        assert send_one() is b1
+        sender._complete_ok(b1, 1, -1)
+        b2 = send_one()
+        assert b2.base_sequence == 2 and not sender._earlier_unresolved(b2)
+        assert [f.result().offset for f in futures[:2]] == [0, 1] and not futures[2].done()
 
     asyncio.run(scenario())
 
