@@ -355,8 +355,10 @@ TXN_DENIED, TOPIC_DENIED = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "TOPIC_AUTHO
 ROWS = [
     Row("InitProducerId/Write-TransactionalId", init_transactional,
         (RT.TRANSACTIONAL_ID, W), TXN_DENIED),
+    # Describe on the topic (which is not Write on it) lets the client find it in Metadata,
+    # so what refuses it is InitProducerId, not the Metadata lookup.
     Row("InitProducerId-idempotent/Write-Topic", idempotent_produce,
-        (RT.TOPIC, W), "CLUSTER_AUTHORIZATION_FAILED"),
+        (RT.TOPIC, W), "CLUSTER_AUTHORIZATION_FAILED", others=((RT.TOPIC, D),)),
     # IdempotentWrite is enough for the producer id; the Produce then needs Write on it.
     # (Describe lets the producer see the topic in Metadata without Write on it.)
     Row("InitProducerId-idempotent/IdempotentWrite-Cluster", idempotent_produce,
@@ -390,7 +392,8 @@ ROWS = [
         (RT.TRANSACTIONAL_ID, W), TXN_DENIED, others=((RT.TOPIC, W),), setup_needs_it=True),
     Row("Produce-transactional/Write-TransactionalId", transactional_produce,
         (RT.TRANSACTIONAL_ID, W), TXN_DENIED, others=((RT.TOPIC, W),), setup_needs_it=True),
-    Row("Produce/Write-Topic", plain_produce, (RT.TOPIC, W), TOPIC_DENIED),
+    Row("Produce/Write-Topic", plain_produce, (RT.TOPIC, W), TOPIC_DENIED,
+        others=((RT.TOPIC, D),)),
     Row("WriteTxnMarkers-client/ClusterAction", abort_transaction,
         (RT.CLUSTER, OP.CLUSTER_ACTION), "CLUSTER_AUTHORIZATION_FAILED",
         others=((RT.TOPIC, D),)),
