@@ -21,7 +21,6 @@ array = int32 count.
 from __future__ import annotations
 
 import functools
-
 import struct
 from dataclasses import dataclass
 
