@@ -8,6 +8,11 @@ with UNSUPPORTED_VERSION so the client can fall back. A decoded request whose ha
 is always answered (``oncelog.protocol.error_response``): UNKNOWN_SERVER_ERROR, or the code
 of a KafkaError, in every entry, and the connection stays open.
 
+Per request, the path is kept short (most of a small transaction's broker CPU is here): a
+plain connection's ``connections.max.idle.ms`` is one lazy timer (``IdleWatch``) rather than
+a timeout per read, and a response is handed to the transport without ``drain()`` unless the
+kernel left some of it buffered (the socket is backed up).
+
 The server knows the broker only through the services it is started with
 (``BrokerContext``), which every request's ``RequestContext`` carries to its handler.
 
@@ -288,8 +293,8 @@ class Server:
                         idle.touch()
                 if response is None:
                     continue
-                if isinstance(response, bool):
-                    return
+                if isinstance(response, bool) or transport.is_closing():
+                    return  # (closing: the client went away; nothing to answer)
                 transport.write(response)
                 # Wait only while the socket is backed up: a response the kernel took whole
                 # leaves nothing buffered (drain would only block above the high-water mark).
