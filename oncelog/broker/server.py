@@ -360,7 +360,7 @@ class Server:
             )
             return False
         try:
-            header, request = decode_request(frame)
+            header, request = decode_request(frame, head)
         except KafkaError as exc:
             log.warning(
                 "closing connection from %s: API %d v%d: %s (first bytes %s)",
