@@ -54,7 +54,9 @@ def _transactions_then_read_committed(bootstrap: str) -> None:
                 break
             for message in consumer.consume(100, 0.5):
                 assert message.error() is None, message.error()
-                got.append(message.value())
+                payload = message.value()
+                assert payload is not None
+                got.append(payload)
         assert got == expected
     finally:
         consumer.close()

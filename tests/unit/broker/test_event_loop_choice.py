@@ -4,6 +4,7 @@ and a clear error when uvloop is demanded but missing."""
 from __future__ import annotations
 
 import builtins
+import importlib
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ def test_asyncio_is_the_standard_loop() -> None:
 
 
 def test_auto_and_uvloop_give_uvloop() -> None:
-    import uvloop  # a dependency of oncelog
+    uvloop = importlib.import_module("uvloop")  # a dependency of oncelog
 
     for choice in ("auto", "uvloop"):
         name, factory = loop_factory(choice)
