@@ -124,19 +124,19 @@ class Partition:
     # -- offsets and configuration -----------------------------------------------------
     @property
     def config(self) -> LogConfig:
-        return self.log.config
+        return self.raw_log.config
 
     @property
     def log_start_offset(self) -> int:
-        return self.log.log_start_offset
+        return self.raw_log.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
-        return self.log.log_end_offset
+        return self.raw_log.log_end_offset
 
     @property
     def high_watermark(self) -> int:
-        return self.log.high_watermark
+        return self.raw_log.high_watermark
 
     def maybe_increment_high_watermark(self, offset: int) -> bool:
         """Replication moved the high watermark (a leader: what the ISR holds; a follower:
@@ -149,13 +149,13 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         """Offsets below it are decided: no open transaction has records there."""
-        return self.log.last_stable_offset
+        return self.raw_log.last_stable_offset
 
     # -- leader epochs (KIP-101, KIP-320) -----------------------------------------------
     @property
     def leader_epoch(self) -> int:
         """The partition's leader epoch as this broker knows it (0 on a single node)."""
-        return self.log.leader_epoch
+        return self.raw_log.leader_epoch
 
     def check_leader_epoch(self, current_leader_epoch: int, *, require_leader: bool = True
                            ) -> None:
@@ -281,7 +281,9 @@ class Partition:
 
     # -- fetch waiters ----------------------------------------------------------------------
     def _offsets(self) -> tuple[int, int, int]:
-        return self.log.high_watermark, self.log.last_stable_offset, self.log.log_end_offset
+        # In-memory attributes: read past the I/O boundary (it only guards calls).
+        log = self.raw_log
+        return log.high_watermark, log.last_stable_offset, log.log_end_offset
 
     def _maybe_wake(self, before: tuple[int, int, int]) -> None:
         """Wake read_uncommitted waiters when the HW moved, read_committed ones only when the

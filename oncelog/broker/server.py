@@ -8,6 +8,11 @@ with UNSUPPORTED_VERSION so the client can fall back. A decoded request whose ha
 is always answered (``oncelog.protocol.error_response``): UNKNOWN_SERVER_ERROR, or the code
 of a KafkaError, in every entry, and the connection stays open.
 
+Per request, the path is kept short (most of a small transaction's broker CPU is here): a
+plain connection's ``connections.max.idle.ms`` is one lazy timer (``IdleWatch``) rather than
+a timeout per read, and a response is handed to the transport without ``drain()`` unless the
+kernel left some of it buffered (the socket is backed up).
+
 The server knows the broker only through the services it is started with
 (``BrokerContext``), which every request's ``RequestContext`` carries to its handler.
 
@@ -67,6 +72,50 @@ def connection_session(listener: EndPoint, writer: asyncio.StreamWriter, host: s
         certificate = ssl_object.getpeercert()
     return Session(principal_from_certificate(certificate), host, listener.name,
                    listener.protocol)
+
+
+class IdleWatch:
+    """Closes a connection that has been idle for ``connections.max.idle.ms``.
+
+    One timer per connection, re-armed lazily: each request only records when it ended
+    (``touch``); when the timer fires it closes the transport if the connection is neither
+    in a request nor active since, and otherwise sleeps again until the idle limit after the
+    last activity. Closing the transport ends the connection's pending read (end of file).
+    """
+
+    __slots__ = ("_handle", "_host", "_idle_s", "_last", "_loop", "_transport", "busy")
+
+    def __init__(self, idle_s: float, transport: asyncio.BaseTransport, host: str) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._idle_s = idle_s
+        self._transport = transport
+        self._host = host
+        self._last = self._loop.time()
+        self.busy = False
+        self._handle: asyncio.TimerHandle | None = self._loop.call_at(
+            self._last + idle_s, self._check)
+
+    def touch(self) -> None:
+        """A request ended now."""
+        self.busy = False
+        self._last = self._loop.time()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        due = self._last + self._idle_s
+        if self.busy:
+            due = now + self._idle_s
+        elif due <= now:
+            self._handle = None
+            log.info("closing idle connection from %s", self._host)
+            self._transport.close()
+            return
+        self._handle = self._loop.call_at(due, self._check)
 
 
 class Server:
@@ -202,47 +251,86 @@ class Server:
         host = session.client_host
         max_bytes = int(self.config["socket.request.max.bytes"])
         idle_s = int(self.config["connections.max.idle.ms"]) / 1000
-        while not self._stopping:
-            # Before SASL authentication the whole frame must come by the deadline.
-            pending = sasl is not None and not sasl.authenticated
-            try:
-                async with asyncio.timeout(sasl.read_timeout_s(idle_s) if sasl else idle_s):
+        transport = writer.transport
+        # A plain connection's idle limit is one lazy timer (not a timeout per read); a SASL
+        # connection keeps a deadline per read (the authentication deadline until then).
+        idle = None if sasl is not None else IdleWatch(idle_s, transport, host)
+        try:
+            while not self._stopping:
+                if idle is not None:
                     prefix = await reader.readexactly(4)
-                    size = frame_size(prefix, sasl.frame_limit(max_bytes) if sasl else max_bytes)
-                    frame = await reader.readexactly(size) if pending else b""
-                if not pending:
-                    frame = await reader.readexactly(size)
-            except TimeoutError:
-                log.info("closing %s connection from %s", "idle" if sasl is None or
-                         sasl.authenticated else "unauthenticated", host)
-                return
-            except FrameTooLarge as exc:
-                log.warning("closing connection from %s: %s (socket.request.max.bytes, or "
-                            "sasl.server.max.receive.size before authentication)", host, exc)
-                return
-            if sasl is not None:
-                reply = await sasl.on_frame(frame)
-                if reply is not None:
-                    if reply.frame is not None:
-                        writer.write(reply.frame)
-                        await writer.drain()
-                    if reply.close:
+                    idle.busy = True  # the idle limit bounds the wait for a frame to begin
+                    try:
+                        size = frame_size(prefix, max_bytes)
+                    except FrameTooLarge as exc:
+                        log.warning("closing connection from %s: %s (socket.request.max.bytes)",
+                                    host, exc)
                         return
+                    frame = await reader.readexactly(size)
+                else:
+                    assert sasl is not None
+                    read = await self._read_sasl_frame(reader, sasl, host, max_bytes, idle_s)
+                    if read is None:
+                        return
+                    frame = read
+                    reply = await sasl.on_frame(frame)
+                    if reply is not None:
+                        if reply.frame is not None:
+                            writer.write(reply.frame)
+                            await writer.drain()
+                        if reply.close:
+                            return
+                        continue
+                    if sasl.authenticated:
+                        session = sasl.session()
+                self._busy.add(task)
+                try:
+                    async with self._request_slots:
+                        response = await self._handle(frame, session)
+                finally:
+                    self._busy.discard(task)
+                    if idle is not None:
+                        idle.touch()
+                if response is None:
                     continue
-                if sasl.authenticated:
-                    session = sasl.session()
-            self._busy.add(task)
-            try:
-                async with self._request_slots:
-                    response = await self._handle(frame, session)
-            finally:
-                self._busy.discard(task)
-            if response is None:
-                continue
-            if isinstance(response, bool):
-                return
-            writer.write(response)
-            await writer.drain()
+                if isinstance(response, bool) or transport.is_closing():
+                    return  # (closing: the client went away; nothing to answer)
+                transport.write(response)
+                # Wait only while the socket is backed up: a response the kernel took whole
+                # leaves nothing buffered (drain would only block above the high-water mark).
+                if transport.get_write_buffer_size():
+                    await writer.drain()
+        finally:
+            if idle is not None:
+                idle.cancel()
+
+    async def _read_sasl_frame(
+        self,
+        reader: asyncio.StreamReader,
+        sasl: SaslConnection,
+        host: str,
+        max_bytes: int,
+        idle_s: float,
+    ) -> bytes | None:
+        """The next frame of a SASL listener's connection; None to close it. Before SASL
+        authentication the whole frame must come by the deadline."""
+        pending = not sasl.authenticated
+        try:
+            async with asyncio.timeout(sasl.read_timeout_s(idle_s)):
+                prefix = await reader.readexactly(4)
+                size = frame_size(prefix, sasl.frame_limit(max_bytes))
+                frame = await reader.readexactly(size) if pending else b""
+            if not pending:
+                frame = await reader.readexactly(size)
+        except TimeoutError:
+            log.info("closing %s connection from %s",
+                     "unauthenticated" if pending else "idle", host)
+            return None
+        except FrameTooLarge as exc:
+            log.warning("closing connection from %s: %s (socket.request.max.bytes, or "
+                        "sasl.server.max.receive.size before authentication)", host, exc)
+            return None
+        return frame
 
     async def _handle(self, frame: bytes, session: Session) -> bytes | bool | None:
         """The response frame, None when none is due (acks=0), False to close."""
@@ -272,7 +360,7 @@ class Server:
             )
             return False
         try:
-            header, request = decode_request(frame)
+            header, request = decode_request(frame, head)
         except KafkaError as exc:
             log.warning(
                 "closing connection from %s: API %d v%d: %s (first bytes %s)",

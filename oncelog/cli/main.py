@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -17,6 +18,13 @@ from types import ModuleType
 from typing import cast
 
 from oncelog.cli.common import BROKEN_PIPE_EXIT, OncelogParser, exit_quietly_on_broken_pipe
+from oncelog.cli.event_loop import (
+    ENV_VARIABLE,
+    EVENT_LOOPS,
+    EventLoopUnavailable,
+    loop_factory,
+    requested,
+)
 from oncelog.config import BrokerConfig, ConfigSource, split_log_dirs
 
 NONROUTABLE_HOSTS = frozenset({"0.0.0.0", "::"})
@@ -85,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)",
     )
     serve.add_argument(
+        "--event-loop", choices=EVENT_LOOPS, default=None,
+        help="the asyncio event loop: uvloop when installed (auto), uvloop, or the standard "
+             f"library's asyncio (default: ${ENV_VARIABLE}, else auto)",
+    )
+    serve.add_argument(
         "--ui", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve the transactions console at http://HOST:PORT/ (default: off)",
     )
@@ -151,6 +164,11 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        loop_name, new_loop = loop_factory(requested(args.event_loop))
+    except (ValueError, EventLoopUnavailable) as exc:
+        print(f"oncelog: bad configuration: {exc}", file=sys.stderr)
+        return 2
     data_dir = args.data_dir or Path(split_log_dirs(config["log.dirs"])[0])
     try:
         broker = Broker(
@@ -166,16 +184,21 @@ def serve(args: argparse.Namespace) -> int:
         return 2
 
     def on_ready(host: str, port: int) -> None:
+        # Everything loaded so far (modules, schemas, the logs' state) lives as long as the
+        # broker: keep it out of the collector's scans, which then see only request garbage.
+        gc.freeze()
         print(f"oncelog ready on {host}:{port}", flush=True)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, broker.request_stop)
+        logging.getLogger("oncelog.cli").info("event loop: %s", loop_name)
         await broker.run(on_ready)
 
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            runner.run(main())
     except (DataDirError, MetadataStoreError) as exc:
         print(f"oncelog: cannot serve: {exc}", file=sys.stderr)
         return 1

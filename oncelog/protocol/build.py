@@ -46,22 +46,34 @@ def _required(cls: type) -> frozenset[str]:
     )
 
 
+@functools.cache
+def _plan(cls: type, names: tuple[str, ...]) -> tuple[tuple[tuple[str, int], ...], bool]:
+    """For the keyword names a call site passes: the (name, conversion) pairs ``cls`` has
+    fields for, and whether they are all of them with no conversion (``cls(**values)``).
+    Cached per class and set of names: a handler builds the same entities every time."""
+    plan = _field_plan(cls)
+    kept = tuple((name, plan[name]) for name in names if name in plan)
+    missing = _required(cls) - {name for name, _ in kept}
+    if missing:
+        raise TypeError(f"{cls.__qualname__} v{getattr(cls, '__version__', '?')} needs {missing}")
+    direct = len(kept) == len(names) and not any(kind for _, kind in kept)
+    return kept, direct
+
+
 def make(cls: type[T], /, **values: Any) -> T:
     """Instantiate ``cls`` with those of ``values`` it has fields for."""
-    plan = _field_plan(cls)  # type: ignore[arg-type]
+    kept, direct = _plan(cls, tuple(values))  # type: ignore[arg-type]
+    if direct:
+        return cls(**values)
     kwargs: dict[str, Any] = {}
-    for name, value in values.items():
-        kind = plan.get(name)
-        if kind is None:
-            continue
-        if kind == _CONVERT_TIMEDELTA and isinstance(value, int):
-            value = datetime.timedelta(milliseconds=value)
+    for name, kind in kept:
+        value = values[name]
+        if kind == _CONVERT_TIMEDELTA:
+            if isinstance(value, int):
+                value = datetime.timedelta(milliseconds=value)
         elif kind == _CONVERT_ERROR and not isinstance(value, ErrorCode):
             value = ErrorCode(value)
         kwargs[name] = value
-    missing = _required(cls) - kwargs.keys()  # type: ignore[arg-type]
-    if missing:
-        raise TypeError(f"{cls.__qualname__} v{getattr(cls, '__version__', '?')} needs {missing}")
     return cls(**kwargs)
 
 

@@ -77,12 +77,16 @@ def response_writer(api_key: int, api_version: int) -> tuple[Callable[..., Any],
     return entity_writer(cls), flexible_header
 
 
-def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
+def decode_request(
+    frame: bytes | memoryview, head: RequestHeader | None = None
+) -> tuple[RequestHeader, Any]:
     """Decode header and body. KafkaError(INVALID_REQUEST) for malformed bytes.
 
     An API key or version without a schema raises KafkaError(UNSUPPORTED_VERSION).
+    ``head``: the frame's ``parse_request_header``, when the caller has it already.
     """
-    head = parse_request_header(frame)
+    if head is None:
+        head = parse_request_header(frame)
     try:
         schema, reader, flexible = request_schema(head.api_key, head.api_version)
     except Exception:  # kio knows no such API key or version

@@ -20,6 +20,7 @@ array = int32 count.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -288,8 +289,10 @@ def decode_group_value(data: bytes) -> GroupMetadataValue:
 # Partitioning of groups over the offsets topic
 
 
+@functools.lru_cache(maxsize=65536)
 def java_string_hash(text: str) -> int:
-    """Java's String.hashCode: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units, int32."""
+    """Java's String.hashCode: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units, int32.
+    Memoized: every request of a group or transactional id places it again."""
     h = 0
     units = text.encode("utf-16-be", "surrogatepass")
     for i in range(0, len(units), 2):
