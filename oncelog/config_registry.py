@@ -277,6 +277,9 @@ _BROKER_KEYS = [
     _key("connections.max.reauth.ms", L, 0, "Lifetime of a SASL session (KIP-368): the "
          "client must re-authenticate before it ends or its connection is closed; 0: "
          "sessions never expire.", at_least=0),
+    _key("connection.failed.authentication.delay.ms", INT, 100, "How long the answer to a "
+         "failed authentication and the close of its connection are delayed (must be below "
+         "connections.max.idle.ms).", at_least=0),
     _key("sasl.server.max.receive.size", INT, 524288, "Largest request accepted before a "
          "SASL connection is authenticated.", at_least=1),
     # ACLs (oncelog.security.acl): empty authorizer.class.name = no authorizer, as Kafka.

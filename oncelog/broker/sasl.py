@@ -28,6 +28,7 @@ options), SCRAM from the credential store.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -137,6 +138,8 @@ class SaslConnection:
                                  int(config["connections.max.reauth.ms"]))
         self.deadline_ms = clock_ms() + int(config["connections.max.idle.ms"])
         self.max_receive = int(config["sasl.server.max.receive.size"])
+        self._failed_delay_s = int(config["connection.failed.authentication.delay.ms"]) / 1000
+        self._authenticated_once = False
         self._mechanism: ServerMechanism | None = None
 
     @property
@@ -159,6 +162,20 @@ class SaslConnection:
         return max_bytes if self.authenticated else min(max_bytes, self.max_receive)
 
     async def on_frame(self, frame: bytes) -> Reply | None:
+        """The gate's answer to a frame (None: the broker serves it). A connection closed
+        for failing to authenticate, before it ever authenticated, gets its answer and its
+        close ``connection.failed.authentication.delay.ms`` late, as Kafka's Selector delays
+        them (a client retrying bad credentials in a loop is slowed down); a failed
+        re-authentication is not delayed."""
+        reply = await self._on_frame(frame)
+        if self.state.authenticated:
+            self._authenticated_once = True
+        elif (reply is not None and reply.close and not self._authenticated_once
+              and self._failed_delay_s > 0):
+            await asyncio.sleep(self._failed_delay_s)
+        return reply
+
+    async def _on_frame(self, frame: bytes) -> Reply | None:
         if self.state.state is State.AUTHENTICATE and self.state.raw_tokens:
             return self._on_raw_token(frame)
         try:

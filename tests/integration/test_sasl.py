@@ -259,6 +259,25 @@ def test_listener_override_of_enabled_mechanisms(broker_factory: BrokerFactory) 
     assert client.list_topics(timeout=30).brokers
 
 
+def test_failed_authentication_is_answered_and_closed_after_the_delay(
+        broker_factory: BrokerFactory) -> None:
+    """connection.failed.authentication.delay.ms: the SASL_AUTHENTICATION_FAILED answer and
+    the close come no sooner than the delay (a lower bound only: load makes it later)."""
+    broker = start_sasl_broker(broker_factory,
+                               **{"connection.failed.authentication.delay.ms": 1500})
+    with _connect(broker) as sock:
+        sock.sendall(_handshake("PLAIN"))
+        _read_frame(sock)
+        token = b"\0alice\0wrong"
+        started = time.monotonic()
+        sock.sendall(_frame(36, 1, 2, struct.pack(">i", len(token)) + token))
+        body = _read_frame(sock)[4:]
+        waited = time.monotonic() - started
+        assert struct.unpack_from(">h", body)[0] == SASL_AUTHENTICATION_FAILED
+        assert _closed_without_answer(sock)
+    assert waited >= 1.5, waited
+
+
 def test_metadata_before_authentication_gets_only_the_close(
         sasl_broker: SaslBroker) -> None:
     metadata_v1 = _frame(3, 1, 7, struct.pack(">i", -1))
