@@ -20,7 +20,7 @@ without the ACL is Kafka's error, with it the next answer in Kafka's order.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -53,9 +53,16 @@ from oncelog.client.types import TopicPartition
 from oncelog.client.wire import nested, request
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
-from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from tests.support.authz import ADMIN, ADMIN_PASSWORD, AuthzBroker, authz_broker, password_of
-from tests.support.names import unique_name
+from oncelog.security.acl import AclOperation, ResourceType
+from tests.support.authz import (
+    AuthzBroker,
+    Names,
+    admin_conf,
+    authz_broker,
+    error_name,
+    outcome,
+    password_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -72,40 +79,6 @@ def broker(request: pytest.FixtureRequest,
                             **{"group.initial.rebalance.delay.ms": "0"})
 
 
-@dataclass
-class Names:
-    """A row's own user and resources."""
-
-    user: str
-    topic: str = field(default_factory=lambda: unique_name("t"))
-    group: str = field(default_factory=lambda: unique_name("g"))
-    txn: str = field(default_factory=lambda: unique_name("tx"))
-
-    def resource(self, rtype: ResourceType) -> str:
-        return {RT.TOPIC: self.topic, RT.GROUP: self.group, RT.TRANSACTIONAL_ID: self.txn,
-                RT.CLUSTER: CLUSTER_NAME}[rtype]
-
-
-def error_name(err: KafkaError | None) -> str:
-    """Kafka's name of a confluent-kafka error (librdkafka's own for its local errors)."""
-    if err is None:
-        return "NONE"
-    code = int(err.code())
-    return ErrorCode(code).name.upper() if code >= 0 else str(err.name())
-
-
-def outcome(call: Callable[[], Any]) -> str:
-    """The Kafka error name a client call ended with ("NONE": it succeeded)."""
-    try:
-        call()
-    except KafkaClientError as exc:
-        assert exc.code is not None, exc
-        return exc.code.name.upper()
-    except KafkaException as exc:
-        return error_name(exc.args[0])
-    return "NONE"
-
-
 def first_error(errors: dict[Any, Any]) -> None:
     """Raise the first error of a per-resource answer (None: success)."""
     for error in errors.values():
@@ -113,11 +86,6 @@ def first_error(errors: dict[Any, Any]) -> None:
             raise KafkaException(error)
         if error is not None:
             raise error
-
-
-def admin_conf(b: AuthzBroker) -> dict[str, Any]:
-    """confluent-kafka settings of the super user (PLAIN)."""
-    return b.confluent(ADMIN, **{"sasl.mechanism": "PLAIN", "sasl.password": ADMIN_PASSWORD})
 
 
 def ck_admin(b: AuthzBroker, n: Names) -> AdminClient:

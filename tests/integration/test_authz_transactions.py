@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 from oncelog.client import Producer as OncelogProducer
@@ -37,8 +37,16 @@ from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from oncelog.protocol import versions as api
 from oncelog.records.codec import RecordInput, encode_batch
 from oncelog.records.control import ControlType, encode_marker_batch
-from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from tests.support.authz import ADMIN, ADMIN_PASSWORD, AuthzBroker, authz_broker
+from oncelog.security.acl import AclOperation, ResourceType
+from tests.support.authz import (
+    AuthzBroker,
+    Names,
+    admin_conf,
+    authz_broker,
+    error_name,
+    outcome,
+    raised,
+)
 from tests.support.names import unique_name
 
 pytestmark = pytest.mark.integration
@@ -55,56 +63,6 @@ def broker(request: pytest.FixtureRequest,
                             **{"transaction.two.phase.commit.enable": "true"})
 
 
-@dataclass
-class Names:
-    """A row's own user and resources."""
-
-    user: str
-    topic: str = field(default_factory=lambda: unique_name("t"))
-    txn: str = field(default_factory=lambda: unique_name("tx"))
-    group: str = field(default_factory=lambda: unique_name("g"))
-
-    def resource(self, rtype: ResourceType) -> str:
-        return {RT.TOPIC: self.topic, RT.TRANSACTIONAL_ID: self.txn, RT.GROUP: self.group,
-                RT.CLUSTER: CLUSTER_NAME}[rtype]
-
-
-def raised(call: Callable[[], Any]) -> KafkaError | KafkaClientError | None:
-    """The error a client call ended with (None: it succeeded).
-
-    confluent-kafka 2.16 raises a fatal error met while serving delivery callbacks (in
-    ``flush``) as a SystemError caused by it (tests/integration/txn_clients.py): its cause
-    is the error."""
-    try:
-        call()
-    except KafkaClientError as exc:
-        return exc
-    except (KafkaException, SystemError) as exc:
-        seen: object = exc
-        while seen is not None:
-            if isinstance(seen, KafkaException):
-                return cast(KafkaError, seen.args[0])
-            seen = getattr(seen, "__cause__", None) or getattr(seen, "__context__", None)
-        raise
-    return None
-
-
-def error_name(err: KafkaError | KafkaClientError | None) -> str:
-    """Kafka's name of a client's error (librdkafka's own for its local errors)."""
-    if err is None:
-        return "NONE"
-    if isinstance(err, KafkaClientError):
-        assert err.code is not None, err
-        return err.code.name.upper()
-    code = int(err.code())
-    return ErrorCode(code).name.upper() if code >= 0 else str(err.name())
-
-
-def outcome(call: Callable[[], Any]) -> str:
-    """The Kafka error name a client call ended with ("NONE": it succeeded)."""
-    return error_name(raised(call))
-
-
 def delivered(producer: Producer, topic: str, value: bytes = b"v") -> str:
     """Produce one record and flush: the delivery report's error name ("NONE"), or the
     producer's fatal error."""
@@ -117,12 +75,6 @@ def delivered(producer: Producer, topic: str, value: bytes = b"v") -> str:
 
     refused = outcome(flushed)
     return refused if refused != "NONE" else error_name(errors[0])
-
-
-def admin_conf(b: AuthzBroker, **extra: Any) -> dict[str, Any]:
-    """confluent-kafka settings of the super user (PLAIN)."""
-    return b.confluent(ADMIN, **{"sasl.mechanism": "PLAIN", "sasl.password": ADMIN_PASSWORD,
-                                 **extra})
 
 
 def committed(producer: Producer, topic: str) -> str:

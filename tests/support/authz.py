@@ -21,15 +21,17 @@ Java client and Kafka's tools), and ``raw(user)``: a raw protocol connection
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from oncelog.client import Admin
 from oncelog.client.admin import ScramUpsertion
+from oncelog.client.errors import KafkaClientError
 from oncelog.client.wire import request as wire_request
 from oncelog.errors import ErrorCode
 from oncelog.harness.broker import BrokerProcess
@@ -38,6 +40,7 @@ from oncelog.harness.rawkafka import RawConnection
 from oncelog.protocol import versions as api
 from oncelog.security.acl import (
     AUTHORIZER_CLASS,
+    CLUSTER_NAME,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -207,3 +210,61 @@ def authz_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         if request.session.testsfailed > failed_before:
             print(f"\n===== {process!r}: last lines of {process.log_path} =====")
             print(process.log_tail(300))
+
+
+# -- what the test tables share -------------------------------------------------------
+
+@dataclass
+class Names:
+    """A row's own user and resources."""
+
+    user: str
+    topic: str = field(default_factory=lambda: unique_name("t"))
+    txn: str = field(default_factory=lambda: unique_name("tx"))
+    group: str = field(default_factory=lambda: unique_name("g"))
+
+    def resource(self, rtype: ResourceType) -> str:
+        return {ResourceType.TOPIC: self.topic, ResourceType.TRANSACTIONAL_ID: self.txn,
+                ResourceType.GROUP: self.group, ResourceType.CLUSTER: CLUSTER_NAME}[rtype]
+
+
+def raised(call: Callable[[], Any]) -> KafkaError | KafkaClientError | None:
+    """The error a client call ended with (None: it succeeded).
+
+    confluent-kafka 2.16 raises a fatal error met while serving delivery callbacks (in
+    ``flush``) as a SystemError caused by it (tests/integration/txn_clients.py): its cause
+    is the error."""
+    try:
+        call()
+    except KafkaClientError as exc:
+        return exc
+    except (KafkaException, SystemError) as exc:
+        seen: object = exc
+        while seen is not None:
+            if isinstance(seen, KafkaException):
+                return cast(KafkaError, seen.args[0])
+            seen = getattr(seen, "__cause__", None) or getattr(seen, "__context__", None)
+        raise
+    return None
+
+
+def error_name(err: KafkaError | KafkaClientError | None) -> str:
+    """Kafka's name of a client's error (librdkafka's own for its local errors)."""
+    if err is None:
+        return "NONE"
+    if isinstance(err, KafkaClientError):
+        assert err.code is not None, err
+        return err.code.name.upper()
+    code = int(err.code())
+    return ErrorCode(code).name.upper() if code >= 0 else str(err.name())
+
+
+def outcome(call: Callable[[], Any]) -> str:
+    """The Kafka error name a client call ended with ("NONE": it succeeded)."""
+    return error_name(raised(call))
+
+
+def admin_conf(b: AuthzBroker, **extra: Any) -> dict[str, Any]:
+    """confluent-kafka settings of the super user (PLAIN)."""
+    return b.confluent(ADMIN, **{"sasl.mechanism": "PLAIN", "sasl.password": ADMIN_PASSWORD,
+                                 **extra})
