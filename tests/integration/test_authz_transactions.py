@@ -3,7 +3,8 @@ with the StandardAuthorizer, over SASL_PLAINTEXT with a SCRAM user per row.
 
 ``test_check`` is the table: each row is an action of a real client (confluent-kafka,
 oncelog.client; the raw protocol only for what no client sends: a TxnOffsetCommit without
-its AddOffsetsToTxn, AddPartitionsToTxn v4, WriteTxnMarkers under a broker's client id),
+its AddOffsetsToTxn, a DescribeTransactions without its FindCoordinator, AddPartitionsToTxn
+v4, WriteTxnMarkers under a broker's client id),
 done first without the ACL the row is about (Kafka's exact error) and then with it (success,
 or for raw rows the answer of the next check in Kafka's order). A row whose ACL the action
 also needs on its way to the check (Write on the transactional id before EndTxn, ...) has it
@@ -219,12 +220,19 @@ def list_transactions(b: AuthzBroker, n: Names, check: Callable[[], None]) -> st
     return "LISTED" if n.txn in listed else "HIDDEN"
 
 
-def describe_transactions(b: AuthzBroker, n: Names, check: Callable[[], None]) -> str:
+def raw_describe_transactions(b: AuthzBroker, n: Names, check: Callable[[], None]) -> str:
+    """DescribeTransactions v0 without FindCoordinator (which a client sends first and
+    which needs the same Describe on the transactional id)."""
     if n.txn not in {t.transactional_id for t in b.admin.list_transactions()}:
         open_transaction(b, n)
-    with Admin(b.oncelog(n.user)) as admin:
+    conn = b.raw(n.user)
+    try:
         check()
-        return outcome(lambda: admin.describe_transactions([n.txn]))
+        answer = conn.request(request(api.DESCRIBE_TRANSACTIONS, 0,
+                                      transactional_ids=(n.txn,)))
+    finally:
+        conn.close()
+    return ErrorCode(answer.transaction_states[0].error_code).name.upper()
 
 
 def describe_producers(b: AuthzBroker, n: Names, check: Callable[[], None]) -> str:
@@ -305,8 +313,9 @@ class Row:
 W, R, D = OP.WRITE, OP.READ, OP.DESCRIBE
 TXN_DENIED, TOPIC_DENIED = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "TOPIC_AUTHORIZATION_FAILED"
 ROWS = [
+    # Describe on the id (not Write) gets the client past FindCoordinator, which needs it.
     Row("InitProducerId/Write-TransactionalId", init_transactional,
-        (RT.TRANSACTIONAL_ID, W), TXN_DENIED),
+        (RT.TRANSACTIONAL_ID, W), TXN_DENIED, others=((RT.TRANSACTIONAL_ID, D),)),
     # Describe on the topic (which is not Write on it) lets the client find it in Metadata,
     # so what refuses it is InitProducerId, not the Metadata lookup.
     Row("InitProducerId-idempotent/Write-Topic", idempotent_produce,
@@ -355,9 +364,10 @@ ROWS = [
         (RT.CLUSTER, OP.CLUSTER_ACTION), "CLUSTER_AUTHORIZATION_FAILED"),
     Row("ListTransactions/Describe-TransactionalId", list_transactions,
         (RT.TRANSACTIONAL_ID, D), "HIDDEN", allowed="LISTED"),
-    Row("DescribeTransactions/Describe-TransactionalId", describe_transactions,
+    Row("DescribeTransactions/Describe-TransactionalId", raw_describe_transactions,
         (RT.TRANSACTIONAL_ID, D), TXN_DENIED),
-    Row("DescribeProducers/Read-Topic", describe_producers, (RT.TOPIC, R), TOPIC_DENIED),
+    Row("DescribeProducers/Read-Topic", describe_producers, (RT.TOPIC, R), TOPIC_DENIED,
+        others=((RT.TOPIC, D),)),
 ]
 
 

@@ -421,8 +421,10 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
                  for d in _coordinator(ctx).describe_transactions(describable)}
     visible: dict[str, bool] = {}
     for tid in ids:
+        # A refused id carries Kafka's zeros (its schema has no defaults).
         d = described.get(tid) or DescribedTransaction(
-            tid, ErrorCode.transactional_id_authorization_failed)
+            tid, ErrorCode.transactional_id_authorization_failed, producer_id=0,
+            producer_epoch=0, start_timestamp_ms=0)
         topics: dict[str, list[int]] = {}
         for topic, index in d.partitions:
             # Only the partitions of topics the principal may Describe, as Kafka.
