@@ -30,6 +30,7 @@ from oncelog.config_key import (
 )
 from oncelog.config_registry import (
     BROKER_KEYS,
+    LISTENER_PREFIX,
     STORAGE_ENGINE_SCHEMES,
     SYNONYM_UNIT_MS,
     TOPIC_CONFIGS,
@@ -152,6 +153,13 @@ class BrokerConfig:
 
     def items(self) -> Iterable[tuple[str, Any]]:
         return [(name, self[name]) for name in BROKER_KEYS]
+
+    def listener_overrides(self) -> list[str]:
+        """The per-listener settings that are set (``listener.name.<listener>.<config>``,
+        in any layer), sorted: Kafka's DescribeConfigs lists them beside the registered
+        configs."""
+        return sorted({name for layer in self._layers.values() for name in layer
+                       if name.startswith(LISTENER_PREFIX)})
 
     def set_static(self, name: str, value: Any) -> None:
         """Record a setting the broker was started with other than by a config

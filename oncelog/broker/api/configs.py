@@ -34,6 +34,7 @@ from oncelog.config import (
     Dynamic,
     Synonym,
 )
+from oncelog.config_registry import broker_key
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import versions
 from oncelog.protocol.build import make, response_module
@@ -98,6 +99,12 @@ def broker_entries(services: BrokerContext, resource_name: str) -> list[Entry]:
         value, source = config.value_and_source(name)
         synonyms = config.synonyms(config.broker_synonym_names(name), name)
         entries.append((key, key.format(value), source, synonyms))
+    for name in config.listener_overrides():
+        override = broker_key(name)
+        assert override is not None  # BrokerConfig accepts only known names
+        value, source = config.value_and_source(name)
+        text = override.format(value)
+        entries.append((override, text, source, [(name, text, source)]))
     return entries
 
 
@@ -132,7 +139,8 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
                     is_default=source == ConfigSource.DEFAULT_CONFIG,
                     is_sensitive=key.sensitive,
                     synonyms=tuple(
-                        make(mod.DescribeConfigsSynonym, name=n, value=v, source=s)
+                        make(mod.DescribeConfigsSynonym, name=n,
+                             value=None if key.sensitive else v, source=s)
                         for n, v, s in synonyms
                     ) if with_synonyms else (),
                     config_type=key.type,
