@@ -100,6 +100,9 @@ def wait_for_file(path: Path, driver: subprocess.Popen[str], timeout: float) -> 
         time.sleep(0.2)  # polling the driver's file, not synchronisation by a guessed time
 
 
+# Three brokers, etcd and two pipeline runs: a longer hang guard than the suite's 300 s,
+# which a slow or busy machine exceeds without anything being stuck.
+@pytest.mark.timeout(900)
 def test_pipeline_exactly_once_with_the_sinks_coordinator_killed(
     cluster: ClusterProcess, tmp_path: Path
 ) -> None:

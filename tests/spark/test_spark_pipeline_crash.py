@@ -20,6 +20,9 @@ def pipeline(tpc_broker: BrokerProcess, tmp_path: Path) -> Pipeline:
     return Pipeline.create(tpc_broker.bootstrap, tmp_path)
 
 
+# Four pipeline runs in one test (160 s on a quiet machine): the hang guard is longer than
+# the suite's 300 s, which a slow or busy machine exceeds without anything being stuck.
+@pytest.mark.timeout(900)
 def test_driver_killed_at_every_step_of_the_commit_protocol(pipeline: Pipeline) -> None:
     # One checkpoint, killed again and again, each time at a later step of a later batch.
     steps = [
