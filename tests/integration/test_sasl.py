@@ -473,7 +473,10 @@ def test_sasl_ssl_scram_transaction(broker_factory: BrokerFactory,
 def test_java_client_produces_and_reauthenticates(broker_factory: BrokerFactory,
                                                   tmp_path: Path, mechanism: str) -> None:
     """kafka-clients (VerifiableProducer, idempotent) logs in with sasl.jaas.config and
-    re-authenticates on its connections when the session lifetime is 1.5 s."""
+    re-authenticates on its connections when the session lifetime is 1.5 s. The producer
+    paces 50 sends at 5/s from its start, so a first send delayed by a slow login catches
+    up in a burst: 10 s leaves room for two re-authentications even when the first send
+    waited 7 s (25 sends left one on a loaded CI machine)."""
     need_reference()
     broker = start_sasl_broker(broker_factory, **{"connections.max.reauth.ms": 1500})
     user, password, module = "alice", "alice-secret", "plain.PlainLoginModule"
@@ -489,11 +492,11 @@ def test_java_client_produces_and_reauthenticates(broker_factory: BrokerFactory,
         "enable.idempotence=true\nacks=all\nretries=2147483647\n")
     topic = unique_topic("java-sasl")
     done = run_kafka_tool("VerifiableProducer", "--bootstrap-server", broker.bootstrap,
-                          "--topic", topic, "--max-messages", "25", "--throughput", "5",
+                          "--topic", topic, "--max-messages", "50", "--throughput", "5",
                           "--producer.config", str(config), timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     sent = [line for line in done.stdout.splitlines() if "producer_send_success" in line]
-    assert len(sent) == 25, done.stdout[-3000:]
+    assert len(sent) == 50, done.stdout[-3000:]
     log = broker_output(broker)
     again = log.count(f"re-authenticated as User:{user} ({mechanism}), session lifetime 1500 ms")
     assert again >= 2, log[-3000:]
