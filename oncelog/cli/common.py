@@ -14,12 +14,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import oncelog
-from oncelog.client import Admin
 from oncelog.client.errors import KafkaClientError
 from oncelog.config import parse_properties
+
+if TYPE_CHECKING:  # the Admin client is imported when a command opens one: not by `serve`
+    from oncelog.client import Admin
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_MS = 30000
@@ -146,6 +148,8 @@ def admin_config(args: argparse.Namespace) -> dict[str, object]:
 def open_admin(args: argparse.Namespace) -> Iterator[Admin]:
     """An Admin whose broker has answered a metadata request (so an unreachable broker is
     reported at once rather than after the retries of the first real request)."""
+    from oncelog.client import Admin
+
     try:
         admin = Admin(admin_config(args))
     except KafkaClientError as exc:  # e.g. a malformed --bootstrap-server

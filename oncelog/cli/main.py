@@ -60,7 +60,9 @@ def _log_level(text: str) -> str:
     return name
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, serve_only: bool = False) -> argparse.ArgumentParser:
+    """The whole command line; with ``serve_only`` just ``serve``'s (what ``main`` builds for
+    ``oncelog serve ...``, so a broker starts without importing the other commands)."""
     parser = OncelogParser(
         prog="oncelog",
         description="oncelog: a Kafka-compatible streaming log built for exactly-once. "
@@ -110,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--ui", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve the transactions console at http://HOST:PORT/ (default: off)",
     )
+    if serve_only:
+        return parser
     for tool in dict.fromkeys(_tools().values()):  # console adds produce and consume
         tool.add_parser(sub)
     return parser
@@ -117,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _tools() -> dict[str, ModuleType]:
     """The talk-to-a-broker commands by name, and the module that adds and runs each
-    (imported only when the command line is built, so `serve` starts without them)."""
+    (imported only when the command line is built for them, so `serve` starts without
+    them)."""
     from oncelog.cli import (
         acls,
         cluster,
@@ -236,7 +241,8 @@ def _first_os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(serve_only=words[:1] == ["serve"]).parse_args(words)
     with exit_quietly_on_broken_pipe():
         if args.command == "serve":
             return serve(args)
