@@ -137,9 +137,12 @@ class RollSnapshots:
 
     def take_now(self, log: LogStore, state: ProducerStateManager) -> None:
         """Snapshot the producer state at the log end, synchronously, after fsyncing the
-        transaction indexes."""
+        transaction indexes. Nothing is written when the log end is where the last snapshot
+        was taken or loaded (Kafka's takeSnapshot rule: no new offset, no new copy) or the
+        log is empty (there is no producer state to keep): a broker that stops with its
+        internal topics untouched writes no snapshot for them."""
         directory = self._directory
-        if directory is None:
+        if directory is None or log.log_end_offset in (0, state.last_snapshot_offset):
             return
         try:
             log.flush_txn_indexes()

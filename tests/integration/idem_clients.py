@@ -113,8 +113,9 @@ class ProducerRun:
     """One client's idempotent producer sending ``records`` in a background thread.
 
     It sends in chunks of ``chunk`` records with ``pause`` seconds between them (so a test
-    can inject faults mid-stream), then flushes until everything is acknowledged or failed
-    or ``DELIVERY_TIMEOUT_MS`` passed. ``acked()`` and ``wait_acked()`` follow its progress.
+    can inject faults mid-stream; ``hold()`` stops it sending at the next chunk boundary,
+    still serving the client's callbacks, until ``release()``), then flushes until
+    everything is acknowledged or failed or ``DELIVERY_TIMEOUT_MS`` passed. ``acked()`` and ``wait_acked()`` follow its progress.
     """
 
     def __init__(
@@ -141,6 +142,7 @@ class ProducerRun:
         self._started = 0.0
         self._elapsed = 0.0
         self._stop = threading.Event()
+        self._held = threading.Event()
 
     # -- called by the client loops (any thread) -----------------------------------------
     def on_ack(self, index: int, topic: str, partition: int, offset: int) -> None:
@@ -160,6 +162,10 @@ class ProducerRun:
     def pause_after(self, position: int) -> float:
         """Seconds to wait after sending the record at ``position`` (0 between chunks)."""
         return self.pause if (position + 1) % self.chunk == 0 else 0.0
+
+    def holding(self) -> bool:
+        """True while the test holds the sending (the runner then only serves callbacks)."""
+        return self._held.is_set() and not self._stop.is_set()
 
     def stopping(self) -> bool:
         return self._stop.is_set()
@@ -220,6 +226,14 @@ class ProducerRun:
                     f"after {timeout:.0f}s; errors {self._errors[:5]}"
                 )
             time.sleep(0.005)
+
+    def hold(self) -> None:
+        """Stop sending at the next chunk boundary (the test's own steps, however slow the
+        machine, then cannot let the producer run out of records)."""
+        self._held.set()
+
+    def release(self) -> None:
+        self._held.clear()
 
     def stop(self) -> None:
         """Give up: stop sending and waiting (a failed test must not leave it retrying)."""
@@ -295,6 +309,8 @@ def _run_confluent(run: ProducerRun) -> None:
         producer.poll(0)
         if pause := run.pause_after(position):
             time.sleep(pause)
+            while run.holding():
+                producer.poll(0.05)
     deadline = run.flush_deadline()
     while len(producer) > 0 and time.monotonic() < deadline and not run.stopping():
         producer.flush(1.0)
@@ -344,6 +360,8 @@ def _run_kafka_python(run: ProducerRun) -> None:
             run.on_sent()
             if pause := run.pause_after(position):
                 time.sleep(pause)
+                while run.holding():
+                    time.sleep(0.05)
         deadline = run.flush_deadline()
         while time.monotonic() < deadline and not run.stopping():
             try:
@@ -397,6 +415,8 @@ def _run_aiokafka(run: ProducerRun) -> None:
                 run.on_sent()
                 if pause := run.pause_after(position):
                     await asyncio.sleep(pause)
+                    while run.holding():
+                        await asyncio.sleep(0.05)
             deadline = run.flush_deadline()
             pending = set(futures)
             while pending and time.monotonic() < deadline and not run.stopping():

@@ -151,6 +151,7 @@ def test_kill_and_restart_mid_stream_keep_each_record_once(
             proxy.set_rules(FaultRules(delay={ApiKey.PRODUCE: HOLD}))
             time.sleep(0.1)  # acknowledgements already on their way arrive
             wait_for_unacknowledged(broker.bootstrap, run, tps, 30)
+            run.hold()  # the rest of this round cannot let the producer finish its records
             # Quiesce before the kill: no new Produce reaches the broker, every one it got is
             # answered (into the proxy's hold), and the roll snapshots those appends handed to
             # the writer thread are on disk -- the state a kill then finds is deterministic.
@@ -168,6 +169,7 @@ def test_kill_and_restart_mid_stream_keep_each_record_once(
             time.sleep(OUTAGE)
             proxy.set_rules(None)
             broker.start()
+            run.release()
         outcome = run.join(90)
 
     assert not outcome.errors, summary(outcome.errors)
