@@ -115,7 +115,8 @@ class ProducerRun:
     It sends in chunks of ``chunk`` records with ``pause`` seconds between them (so a test
     can inject faults mid-stream; ``hold()`` stops it sending at the next chunk boundary,
     still serving the client's callbacks, until ``release()``), then flushes until
-    everything is acknowledged or failed or ``DELIVERY_TIMEOUT_MS`` passed. ``acked()`` and ``wait_acked()`` follow its progress.
+    everything is acknowledged or failed or ``DELIVERY_TIMEOUT_MS`` passed. ``acked()``
+    and ``wait_acked()`` follow its progress.
     """
 
     def __init__(
