@@ -42,6 +42,7 @@ if _REPO_ROOT not in sys.path:
 from oncelog.harness.broker import BrokerProcess  # noqa: E402
 from oncelog.harness.etcd import EtcdMissing, EtcdProcess, start_etcd  # noqa: E402
 from oncelog.harness.fault_proxy import FaultProxy  # noqa: E402
+from tests.support.cpu_accounting import pytest_runtest_protocol  # noqa: E402, F401
 from tests.support.kafka import XDIST_GROUP as KAFKA_XDIST_GROUP  # noqa: E402
 from tests.support.kafka import (  # noqa: E402
     KafkaFactory,
