@@ -43,13 +43,14 @@ from oncelog.harness.broker import BrokerProcess  # noqa: E402
 from oncelog.harness.etcd import EtcdMissing, EtcdProcess, start_etcd  # noqa: E402
 from oncelog.harness.fault_proxy import FaultProxy  # noqa: E402
 from tests.support.cpu_accounting import pytest_runtest_protocol  # noqa: E402, F401
-from tests.support.kafka import XDIST_GROUP as KAFKA_XDIST_GROUP  # noqa: E402
 from tests.support.kafka import (  # noqa: E402
+    TEST_BROKER_JVM_OPTS,
     KafkaFactory,
     KafkaProcess,
     ReferenceKafkaMissing,
     require_reference,
 )
+from tests.support.kafka import XDIST_GROUP as KAFKA_XDIST_GROUP  # noqa: E402
 from tests.support.kafkajs import KafkaJSAdmin, KafkaJSMissing  # noqa: E402
 from tests.support.kafkajs import node_binary as kafkajs_node  # noqa: E402
 from tests.support.kafkajs import run_admin as kafkajs_run_admin  # noqa: E402
@@ -100,16 +101,17 @@ def _process_factory(
     tmp_path_factory: pytest.TempPathFactory,
     cls: type[P],
     prefix: str,
+    defaults: dict[str, Any] | None = None,
 ) -> Iterator[Callable[..., P]]:
     """The body of a ``*_factory`` fixture: ``make(start=True, data_dir=None, **kwargs)``
-    builds ``cls(data_dir, **kwargs)`` (a fresh data dir unless given), starts it; at
-    teardown every process is killed and, if the test failed, its log printed."""
+    builds ``cls(data_dir, **defaults, **kwargs)`` (a fresh data dir unless given), starts
+    it; at teardown every process is killed and, if the test failed, its log printed."""
     started: list[P] = []
 
     def make(*, start: bool = True, data_dir: Path | None = None, **kwargs: Any) -> P:
         if data_dir is None:
             data_dir = tmp_path_factory.mktemp(prefix) / "data"
-        server = cls(data_dir, **kwargs)
+        server = cls(data_dir, **{**(defaults or {}), **kwargs})
         started.append(server)
         return server.start() if start else server
 
@@ -186,7 +188,8 @@ def kafka_factory(
         require_reference()
     except ReferenceKafkaMissing as exc:
         pytest.fail(f"reference Kafka unavailable: {exc}", pytrace=False)
-    yield from _process_factory(request, tmp_path_factory, KafkaProcess, "kafka")
+    yield from _process_factory(request, tmp_path_factory, KafkaProcess, "kafka",
+                                {"jvm_opts": TEST_BROKER_JVM_OPTS})
 
 
 @pytest.fixture
