@@ -51,7 +51,7 @@ the content for its offset (``file_engine.RollSnapshots``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from oncelog.clock import Clock
@@ -79,6 +79,7 @@ from oncelog.storage.leader_epoch import (
 from oncelog.storage.log import AppendResult
 from oncelog.storage.log_store import LogStore
 from oncelog.storage.producer_state import ProducerInfo, ProducerStateManager
+from oncelog.storage.segment_scan import CorruptSegmentError
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.verification import SENTINEL, VerificationGuard
 
@@ -93,6 +94,18 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+
+def _until_damage(log: LogStore, start: int, what: str) -> Iterator[BatchHeader]:
+    """``log.batch_headers(start)`` up to a damaged one. Segments below the recovery point
+    are trusted without a CRC scan (as in Kafka: after a clean shutdown, every segment), so
+    a damaged length there is met only by these walks; they stop at it with an error line
+    rather than failing the open (reads of the damage fail their CRC check)."""
+    try:
+        yield from log.batch_headers(start)
+    except CorruptSegmentError as exc:
+        logger.error("%s: %s rebuilt only up to damage in a trusted segment: %s",
+                     log.directory, what, exc)
+
 
 def _load_epochs(directory: Path, log: LogStore) -> LeaderEpochCache:
     """The partition's leader-epoch cache from its checkpoint, cut to the recovered log; when
@@ -111,7 +124,7 @@ def _load_epochs(directory: Path, log: LogStore) -> LeaderEpochCache:
     if log.log_end_offset == log.log_start_offset:
         return cache  # nothing to rebuild from; the first epoch assigned writes the file
     batches = 0
-    for header in log.batch_headers(log.log_start_offset):
+    for header in _until_damage(log, log.log_start_offset, "leader-epoch cache"):
         batches += 1
         cache.assign_if_newer(header.partition_leader_epoch, header.base_offset)
     persist(cache.entries)
@@ -203,7 +216,7 @@ class UnifiedLog:
             self.producer_state.clear()
             start = self.log.log_start_offset
         self.log.truncate_txn_indexes_from(start)
-        replayed = self._apply(self.log.batch_headers(start), start)
+        replayed = self._apply(_until_damage(self.log, start, "producer state"), start)
         self._update_first_unstable()
         return replayed
 

@@ -463,3 +463,27 @@ def test_transaction_log_byte_flips(
                         assert decode_value(record.value) == transit, flips
         finally:
             reopened.close()
+
+
+
+def test_damage_in_a_trusted_segment_does_not_fail_the_open(tmp_path: Path) -> None:
+    """Found by ``test_byte_flips``: after a clean shutdown the segments are trusted without
+    a CRC scan. A damaged base offset in the last segment makes the open truncate it, and
+    the producer snapshots above the new end go; the producer state is then rebuilt by
+    walking the headers from the log start, which met a damaged batch length in the first
+    segment and raised CorruptSegmentError out of the open. The walk now stops at the
+    damage and the partition opens."""
+    config = LogConfig(segment_bytes=300, index_interval_bytes=0)
+    clock = FakeClock()
+    directory = tmp_path / "t-0"
+    log, _model = run_history(directory, config, clock, [("plain", 1)] * 5)
+    log.close()
+    for name, position, mask in ((f"{0:020d}.log", 11, 4), (f"{3:020d}.log", 0, 1)):
+        content = bytearray((directory / name).read_bytes())
+        content[position] ^= mask
+        (directory / name).write_bytes(content)
+    reopened = UnifiedLog.open(directory, config, clock)
+    try:
+        assert reopened.log_end_offset == 3  # the last segment's damaged batch cut
+    finally:
+        reopened.close()
