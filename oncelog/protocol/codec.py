@@ -9,22 +9,23 @@ decoded by kio's generated schema for that API and version.
 from __future__ import annotations
 
 import functools
-import io
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.skim import skim
 from oncelog.protocol.varint import VarintError, read_uvarint
+from oncelog.protocol.writer import body_writer
 
 _SIZE = struct.Struct(">i")
 _PREFIX = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
+_HEADER = struct.Struct(">ii")  # frame size, correlation id
 
 
 class FrameTooLarge(Exception):
@@ -71,10 +72,12 @@ def request_schema(api_key: int, api_version: int) -> tuple[type, Callable[..., 
 
 @functools.cache
 def response_writer(api_key: int, api_version: int) -> tuple[Callable[..., Any], bool]:
+    """The compiled body writer of a response (``protocol.writer``) and whether its header
+    is flexible."""
     cls = load_response_schema(api_key, api_version)
     # ApiVersions responses always use header v0 so that any client can read the error.
     flexible_header = bool(cls.__flexible__) and api_key != 18
-    return entity_writer(cls), flexible_header
+    return body_writer(cls), flexible_header
 
 
 def decode_request(
@@ -129,14 +132,9 @@ def decode_request(
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
     """A whole response frame: size prefix, response header, body."""
     writer, flexible_header = response_writer(api_key, api_version)
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    out.write(struct.pack(">i", correlation_id))
+    out = bytearray(_HEADER.pack(0, correlation_id))
     if flexible_header:
-        out.write(b"\0")
+        out.append(0)
     writer(out, body)
-    data = out.getbuffer()
-    struct.pack_into(">i", data, 0, len(data) - 4)
-    result = bytes(data)
-    data.release()
-    return result
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
