@@ -47,7 +47,7 @@ from oncelog.client.errors import (
 )
 from oncelog.client.txn_requests import FENCING
 from oncelog.client.types import RecordMetadata, TopicPartition
-from oncelog.client.wire import produce_request
+from oncelog.client.wire import Buffer, produce_request
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
 
@@ -311,7 +311,7 @@ class Sender:
             self._wakeup.set()
 
     async def _produce_batches(self, leader: int, batches: list[ProducerBatch]) -> None:
-        topics: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+        topics: dict[str, list[tuple[int, Buffer]]] = defaultdict(list)
         for b in batches:
             topics[b.tp.topic].append((b.tp.partition, b.encode(self.compression)))
 
