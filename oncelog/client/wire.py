@@ -204,7 +204,7 @@ def encode_request(correlation_id: int, client_id: str | None, body: Any) -> byt
     head = [b"", cid or b"", b"\0" if body.__flexible__ else b""]  # no tagged fields
     if isinstance(body, RawRequest):
         parts = [*head, *body.payload]
-        size = _HEAD.size - 4 + sum(len(part) for part in parts)
+        size = _HEAD.size - 4 + sum(map(len, parts))
         cid_size = -1 if cid is None else len(cid)
         parts[0] = _HEAD.pack(size, api_key, version, correlation_id, cid_size)
         return b"".join(parts)
@@ -299,11 +299,17 @@ def _replace_nested(tp: Any, old: Any, new: Any) -> Any:
     return tp
 
 
+@functools.cache
+def _response_reader(api_key: int, version: int) -> tuple[Any, bool]:
+    """The reader of the response's body, and whether its header has tagged fields
+    (looked up once: kio resolves the schema's module by name on every call)."""
+    cls = _tolerant(load_response_schema(api_key, version))
+    return _reader(cls), bool(cls.__flexible__) and api_key != api.API_VERSIONS
+
+
 def decode_response(api_key: int, version: int, frame: bytes) -> Any:
     """The body of a response frame (without its 4-byte size prefix)."""
-    cls = _tolerant(load_response_schema(api_key, version))
-    pos = 4
-    if cls.__flexible__ and api_key != api.API_VERSIONS:
-        pos = _skip_tagged_fields(frame, pos)
-    body, _ = _reader(cls)(frame, pos)
+    reader, tagged_header = _response_reader(api_key, version)
+    pos = _skip_tagged_fields(frame, 4) if tagged_header else 4
+    body, _ = reader(frame, pos)
     return body

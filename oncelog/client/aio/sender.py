@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -275,10 +276,11 @@ class Sender:
             for batch in batches:
                 self._prepare_batch(batch)
                 self._in_flight.setdefault(batch.tp, []).append(batch)
-            task = asyncio.get_running_loop().create_task(self._produce(leader, batches))
-            self._sender_batches = []  # the produce task owns them now
-            self._request_tasks.add(task)
-            task.add_done_callback(self._request_tasks.discard)
+            if not self._produce_nowait(leader, batches):
+                task = asyncio.get_running_loop().create_task(self._produce(leader, batches))
+                self._request_tasks.add(task)
+                task.add_done_callback(self._request_tasks.discard)
+            self._sender_batches = []  # the request owns them now
             sent = True
         return sent
 
@@ -298,6 +300,59 @@ class Sender:
             ) & 0x7FFFFFFF
             batch.transactional = self.transactions.transactional_id is not None
 
+    def _produce_request(self, version: int, batches: list[ProducerBatch]) -> Any:
+        topics: dict[str, list[tuple[int, Buffer]]] = defaultdict(list)
+        for b in batches:
+            topics[b.tp.topic].append((b.tp.partition, b.encode(self.compression)))
+        return produce_request(
+            version,
+            self.transactions.transactional_id,
+            self.acks,
+            self.config["request.timeout.ms"],
+            topics,
+        )
+
+    def _produce_nowait(self, leader: int, batches: list[ProducerBatch]) -> bool:
+        """Send the request on the leader's open connection at once, its response handled
+        by a callback (no task per request); False if the connection is not ready for
+        it (``_produce`` then connects and sends)."""
+        conn = self.client.open_connection(leader)
+        if conn is None or self.acks == 0:
+            return False
+        future = conn.send_nowait(self._produce_request(conn.version(api.PRODUCE), batches))
+        if future is None:
+            return False
+        future.add_done_callback(functools.partial(self._on_produce_done, leader, batches))
+        return True
+
+    def _on_produce_done(
+        self, leader: int, batches: list[ProducerBatch], future: asyncio.Future[Any]
+    ) -> None:
+        try:
+            try:
+                response = future.result()
+            except KafkaClientError as exc:
+                if self._on_request_error(batches, exc):
+                    self._refresh_metadata_soon()
+                return
+            if self._on_produce_response(batches, response):
+                self._refresh_metadata_soon()
+        except Exception as exc:  # a bug or an unexpected response: fail the records, loudly
+            self._fail_unexpectedly(batches, unexpected(f"produce to node {leader}", exc))
+        finally:
+            for b in batches:
+                self._landed(b)
+            self._wakeup.set()
+
+    def _refresh_metadata_soon(self) -> None:
+        async def refresh() -> None:
+            with contextlib.suppress(KafkaClientError):
+                await self.client.refresh_metadata()
+
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._request_tasks.add(task)
+        task.add_done_callback(self._request_tasks.discard)
+
     async def _produce(self, leader: int, batches: list[ProducerBatch]) -> None:
         try:
             await self._produce_batches(leader, batches)
@@ -311,34 +366,35 @@ class Sender:
             self._wakeup.set()
 
     async def _produce_batches(self, leader: int, batches: list[ProducerBatch]) -> None:
-        topics: dict[str, list[tuple[int, Buffer]]] = defaultdict(list)
-        for b in batches:
-            topics[b.tp.topic].append((b.tp.partition, b.encode(self.compression)))
-
         try:
             conn = await self.client.connection(leader)
-            body = produce_request(
-                conn.version(api.PRODUCE),
-                self.transactions.transactional_id,
-                self.acks,
-                self.config["request.timeout.ms"],
-                topics,
-            )
+            body = self._produce_request(conn.version(api.PRODUCE), batches)
             response = await conn.send(body, expect_response=self.acks != 0)
-        except RetriableError as exc:
-            for b in batches:
-                self._retry_or_fail(b, exc)
-            with contextlib.suppress(KafkaClientError):
-                await self.client.refresh_metadata()
-            return
         except KafkaClientError as exc:
-            for b in batches:
-                self._complete_failed(b, exc)
+            if self._on_request_error(batches, exc):
+                with contextlib.suppress(KafkaClientError):
+                    await self.client.refresh_metadata()
             return
         if response is None:  # acks=0
             for b in batches:
                 self._complete_ok(b, -1, -1)
             return
+        if self._on_produce_response(batches, response):
+            with contextlib.suppress(KafkaClientError):
+                await self.client.refresh_metadata()
+
+    def _on_request_error(self, batches: list[ProducerBatch], exc: KafkaClientError) -> bool:
+        """The request failed as a whole; True if the metadata should be refreshed."""
+        if isinstance(exc, RetriableError):
+            for b in batches:
+                self._retry_or_fail(b, exc)
+            return True
+        for b in batches:
+            self._complete_failed(b, exc)
+        return False
+
+    def _on_produce_response(self, batches: list[ProducerBatch], response: Any) -> bool:
+        """Settle or retry each batch; True if the metadata should be refreshed."""
         results: dict[TopicPartition, Any] = {}
         for topic_resp in response.responses:
             for part in topic_resp.partition_responses:
@@ -371,9 +427,7 @@ class Sender:
                 self._retry_or_fail(b, err)
             else:
                 self._complete_failed(b, err)
-        if refresh:
-            with contextlib.suppress(KafkaClientError):
-                await self.client.refresh_metadata()
+        return refresh
 
     def _earlier_unresolved(self, batch: ProducerBatch) -> bool:
         """Whether the broker's refusal of ``batch``'s sequence may come from an earlier
