@@ -151,14 +151,21 @@ class RecordAccumulator:
         if (
             batch is None
             or batch.closed
-            or batch.has_sequence
+            or batch.base_sequence >= 0  # sent once already
             or (batch.size + size > self.batch_size and batch.record_count)
         ):
             if batch is not None:
                 batch.closed = True
             batch = ProducerBatch(tp, now_ms, ProduceResult(tp, self.cond))
             queue.append(batch)
-        index = batch.add(key, value, headers, timestamp)
+        # ProducerBatch.add, inlined: this runs once per record
+        index = batch.record_count
+        if index == 0:
+            batch.base_timestamp = timestamp
+        if timestamp > batch.max_timestamp:
+            batch.max_timestamp = timestamp
+        append_record(batch.buf, index, timestamp - batch.base_timestamp, key, value, headers)
+        batch.record_count = index + 1
         if handle is not None:
             batch.handles.append((index, timestamp, handle))
         batch.size += size

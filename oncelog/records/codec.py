@@ -121,21 +121,25 @@ def append_record(
     """Append one encoded record to ``out`` (a batch body being built)."""
     if not 0 <= offset_delta <= 0x7FFFFFFF:
         raise ValueError(f"offset delta out of range: {offset_delta}")
-    head = b"\x00" + zigzag(timestamp_delta) + zigzag(offset_delta)  # attributes unused
+    # attributes (unused), then the deltas
+    head = b"\x00" + zigzag(timestamp_delta) + zigzag(offset_delta)
     head += b"\x01" if key is None else zigzag(len(key)) + key  # zigzag(-1): null
     if value is None:
         head += b"\x01"
         value = b""
     else:
         head += zigzag(len(value))
-    if headers:
-        tail: bytes | bytearray = bytearray(zigzag(len(headers)))
-        for h_key, h_value in headers:
-            h_key_b = h_key.encode("utf-8")
-            tail += zigzag(len(h_key_b)) + h_key_b
-            tail += b"\x01" if h_value is None else zigzag(len(h_value)) + h_value
-    else:
-        tail = b"\x00"
+    if not headers:
+        out += zigzag(len(head) + len(value) + 1)
+        out += head
+        out += value
+        out += b"\x00"  # no headers
+        return
+    tail = bytearray(zigzag(len(headers)))
+    for h_key, h_value in headers:
+        h_key_b = h_key.encode("utf-8")
+        tail += zigzag(len(h_key_b)) + h_key_b
+        tail += b"\x01" if h_value is None else zigzag(len(h_value)) + h_value
     out += zigzag(len(head) + len(value) + len(tail))
     out += head
     out += value
