@@ -70,23 +70,6 @@ class ProducerBatch:
     def has_sequence(self) -> bool:
         return self.base_sequence >= 0
 
-    def add(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-        timestamp: int,
-    ) -> int:
-        """Encode one record into the body; return its index in the batch."""
-        index = self.record_count
-        if index == 0:
-            self.base_timestamp = timestamp
-        if timestamp > self.max_timestamp:
-            self.max_timestamp = timestamp
-        append_record(self.buf, index, timestamp - self.base_timestamp, key, value, headers)
-        self.record_count = index + 1
-        return index
-
     def encode(self, compression: int) -> bytes | bytearray:
         """The sealed batch. Uncompressed, that is the batch's own buffer (valid until
         the batch is sealed again, for a retry)."""
@@ -158,7 +141,7 @@ class RecordAccumulator:
                 batch.closed = True
             batch = ProducerBatch(tp, now_ms, ProduceResult(tp, self.cond))
             queue.append(batch)
-        # ProducerBatch.add, inlined: this runs once per record
+        # encoded into the batch here, not in a method: this runs once per record
         index = batch.record_count
         if index == 0:
             batch.base_timestamp = timestamp

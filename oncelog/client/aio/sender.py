@@ -63,6 +63,10 @@ DeliveryCallback = Callable[[KafkaClientError | None, RecordMetadata | None], No
 _SEQUENCE_ERRORS = (ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id)
 
 
+def _reraise(exc: BaseException) -> None:
+    raise exc
+
+
 def mono_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
@@ -328,14 +332,24 @@ class Sender:
     def _on_produce_done(
         self, leader: int, batches: list[ProducerBatch], future: asyncio.Future[Any]
     ) -> None:
+        self._settle_request(leader, batches, future.result)
+
+    def _settle_request(
+        self, leader: int, batches: list[ProducerBatch], outcome: Callable[[], Any]
+    ) -> None:
+        """Settle or retry ``batches`` after their request: ``outcome()`` is its response
+        (None with acks=0) or raises its error."""
         try:
             try:
-                response = future.result()
+                response = outcome()
             except KafkaClientError as exc:
                 if self._on_request_error(batches, exc):
                     self._refresh_metadata_soon()
                 return
-            if self._on_produce_response(batches, response):
+            if response is None:  # acks=0
+                for b in batches:
+                    self._complete_ok(b, -1, -1)
+            elif self._on_produce_response(batches, response):
                 self._refresh_metadata_soon()
         except Exception as exc:  # a bug or an unexpected response: fail the records, loudly
             self._fail_unexpectedly(batches, unexpected(f"produce to node {leader}", exc))
@@ -354,34 +368,19 @@ class Sender:
         task.add_done_callback(self._request_tasks.discard)
 
     async def _produce(self, leader: int, batches: list[ProducerBatch]) -> None:
-        try:
-            await self._produce_batches(leader, batches)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug or an unexpected response: fail the records, loudly
-            self._fail_unexpectedly(batches, unexpected(f"produce to node {leader}", exc))
-        finally:
-            for b in batches:
-                self._landed(b)
-            self._wakeup.set()
-
-    async def _produce_batches(self, leader: int, batches: list[ProducerBatch]) -> None:
+        """The request of ``batches`` when the connection must be made first (or acks=0)."""
         try:
             conn = await self.client.connection(leader)
             body = self._produce_request(conn.version(api.PRODUCE), batches)
             response = await conn.send(body, expect_response=self.acks != 0)
-        except KafkaClientError as exc:
-            if self._on_request_error(batches, exc):
-                with contextlib.suppress(KafkaClientError):
-                    await self.client.refresh_metadata()
-            return
-        if response is None:  # acks=0
+        except asyncio.CancelledError:
             for b in batches:
-                self._complete_ok(b, -1, -1)
+                self._landed(b)
+            raise
+        except Exception as exc:  # settled (or failed, if unexpected) as the outcome
+            self._settle_request(leader, batches, functools.partial(_reraise, exc))
             return
-        if self._on_produce_response(batches, response):
-            with contextlib.suppress(KafkaClientError):
-                await self.client.refresh_metadata()
+        self._settle_request(leader, batches, lambda: response)
 
     def _on_request_error(self, batches: list[ProducerBatch], exc: KafkaClientError) -> bool:
         """The request failed as a whole; True if the metadata should be refreshed."""
