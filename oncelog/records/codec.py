@@ -43,6 +43,8 @@ from oncelog.records.batch import (
 from oncelog.records.compression import compress, decompress
 from oncelog.records.validate import MIN_BATCH_LENGTH, batch_crc
 from oncelog.records.varints import (
+    ZIGZAG_TABLE,
+    ZIGZAG_TABLE_SIZE,
     corrupt_varint,
     decode_uvarint,
     decode_uvarlong,
@@ -121,16 +123,25 @@ def append_record(
     """Append one encoded record to ``out`` (a batch body being built)."""
     if not 0 <= offset_delta <= 0x7FFFFFFF:
         raise ValueError(f"offset delta out of range: {offset_delta}")
-    # attributes (unused), then the deltas
-    head = b"\x00" + zigzag(timestamp_delta) + zigzag(offset_delta)
-    head += b"\x01" if key is None else zigzag(len(key)) + key  # zigzag(-1): null
+    # zigzag() inlined (a table lookup for small values): this runs once per record
+    table, small = ZIGZAG_TABLE, ZIGZAG_TABLE_SIZE
+    head = b"\x00"  # attributes (unused), then the deltas
+    head += table[timestamp_delta] if 0 <= timestamp_delta < small else zigzag(timestamp_delta)
+    head += table[offset_delta] if offset_delta < small else zigzag(offset_delta)
+    if key is None:
+        head += b"\x01"  # zigzag(-1): null
+    else:
+        n = len(key)
+        head += (table[n] if n < small else zigzag(n)) + key
     if value is None:
         head += b"\x01"
         value = b""
     else:
-        head += zigzag(len(value))
+        n = len(value)
+        head += table[n] if n < small else zigzag(n)
     if not headers:
-        out += zigzag(len(head) + len(value) + 1)
+        n = len(head) + len(value) + 1
+        out += table[n] if n < small else zigzag(n)
         out += head
         out += value
         out += b"\x00"  # no headers

@@ -199,7 +199,9 @@ class AIOProducer:
         value_b = value if value is None or type(value) is bytes else _to_bytes(value)
         num_partitions = len(info.leaders)
         if partition is None:
-            partition = self.partitioner.partition(topic, key_b, num_partitions)
+            partition = 0
+            if num_partitions != 1:  # (one partition: no partitioner work per record)
+                partition = self.partitioner.partition(topic, key_b, num_partitions)
         elif not 0 <= partition < num_partitions:
             raise KafkaClientError(
                 f"{topic} has no partition {partition} ({num_partitions} partitions)",
@@ -231,7 +233,8 @@ class AIOProducer:
             on_delivery,
         )
         future.bind(batch.result, index)
-        self.partitioner.on_append(topic, partition, size, num_partitions)
+        if num_partitions > 1:
+            self.partitioner.on_append(topic, partition, size, num_partitions)
         if index == 0:
             self.sender.add_pending(batch)
             self.sender.wakeup()  # to send it, or to schedule its linger timer
