@@ -169,16 +169,22 @@ class Producer:
             now_ms = mono_ms()
             futures = []
             infos: dict[str, TopicInfo] = {}  # looked up once a round
+            checked = False  # check_send passed since the last await
+            append = core.append
             for args, future in items:
                 topic, value, key, partition, headers, timestamp, on_delivery = args
                 try:
                     info = infos.get(topic) or core.client.cached_topic_info(topic)
                     if info is None:
+                        checked = False
                         info = await core.wait_topic_info(topic)
                     infos[topic] = info
-                    core.append(
+                    if not checked:
+                        core.check_send()
+                        checked = True
+                    append(
                         info, future, topic, value, key, partition, headers, timestamp,
-                        on_delivery, now_ms,
+                        on_delivery, now_ms, True,
                     )  # fmt: skip
                     futures.append(future)
                 except Exception as exc:  # delivered to the caller through the future
@@ -186,6 +192,9 @@ class Producer:
                     if on_delivery is not None and isinstance(exc, KafkaClientError):
                         AIOProducer._run_callback(on_delivery, exc, None)  # raising: logged
             bound(futures, self._cond)
+            # Let the sender send what is ready and responses be read while more records
+            # come in (a caller sending without pause would otherwise keep the loop here).
+            await asyncio.sleep(0)
 
     async def _settled(self) -> None:
         """Wait until every record handed to ``send`` so far is in the core."""

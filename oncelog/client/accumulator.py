@@ -6,9 +6,10 @@ closes. The sender drains at most one batch per partition per request, and keeps
 a retried batch goes back into its queue in sequence order. Times are monotonic
 milliseconds passed in by the caller; nothing here sleeps or does I/O.
 
-Records are encoded into their batch's body as they are appended (as Java's
-MemoryRecordsBuilder does); draining only adds the header, whose producer id, epoch and
-sequence may change between attempts. Each batch has one ``ProduceResult`` that its
+Records are encoded into their batch's buffer as they are appended (as Java's
+MemoryRecordsBuilder does), after room kept for the header; sending writes the header and
+CRC there (its producer id, epoch and sequence may change between attempts), so an
+uncompressed batch is never copied to be sealed. Each batch has one ``ProduceResult`` that its
 records' futures share; a record's optional ``handle`` (its delivery callback) comes back
 with its batch, with the record's index and timestamp.
 """
@@ -25,7 +26,7 @@ from typing import Any
 from oncelog.client.delivery import ProduceResult
 from oncelog.client.types import TopicPartition
 from oncelog.records.batch import HEADER_SIZE, NO_TIMESTAMP
-from oncelog.records.codec import append_record, seal_batch
+from oncelog.records.codec import append_record, seal_batch, seal_in_place
 
 __all__ = ["ProducerBatch", "RecordAccumulator", "estimate_record_size"]
 
@@ -48,7 +49,8 @@ class ProducerBatch:
     tp: TopicPartition
     created_ms: int
     result: ProduceResult
-    body: bytearray = field(default_factory=bytearray)
+    # HEADER_SIZE bytes for the header, then the records
+    buf: bytearray = field(default_factory=lambda: bytearray(HEADER_SIZE))
     record_count: int = 0
     base_timestamp: int = NO_TIMESTAMP  # the first record's
     max_timestamp: int = NO_TIMESTAMP
@@ -68,35 +70,32 @@ class ProducerBatch:
     def has_sequence(self) -> bool:
         return self.base_sequence >= 0
 
-    def add(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-        timestamp: int,
-    ) -> int:
-        """Encode one record into the body; return its index in the batch."""
-        index = self.record_count
-        if index == 0:
-            self.base_timestamp = timestamp
-        if timestamp > self.max_timestamp:
-            self.max_timestamp = timestamp
-        append_record(self.body, index, timestamp - self.base_timestamp, key, value, headers)
-        self.record_count = index + 1
-        return index
-
-    def encode(self, compression: int) -> bytes:
-        return seal_batch(
-            self.body,
+    def encode(self, compression: int) -> bytes | bytearray:
+        """The sealed batch. Uncompressed, that is the batch's own buffer (valid until
+        the batch is sealed again, for a retry)."""
+        if compression:
+            return seal_batch(
+                memoryview(self.buf)[HEADER_SIZE:],
+                record_count=self.record_count,
+                base_timestamp=self.base_timestamp,
+                max_timestamp=self.max_timestamp,
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+                transactional=self.transactional,
+            )
+        seal_in_place(
+            self.buf,
             record_count=self.record_count,
             base_timestamp=self.base_timestamp,
             max_timestamp=self.max_timestamp,
-            compression=compression,
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=self.base_sequence,
             transactional=self.transactional,
         )
+        return self.buf
 
 
 class RecordAccumulator:
@@ -135,14 +134,21 @@ class RecordAccumulator:
         if (
             batch is None
             or batch.closed
-            or batch.has_sequence
+            or batch.base_sequence >= 0  # sent once already
             or (batch.size + size > self.batch_size and batch.record_count)
         ):
             if batch is not None:
                 batch.closed = True
             batch = ProducerBatch(tp, now_ms, ProduceResult(tp, self.cond))
             queue.append(batch)
-        index = batch.add(key, value, headers, timestamp)
+        # encoded into the batch here, not in a method: this runs once per record
+        index = batch.record_count
+        if index == 0:
+            batch.base_timestamp = timestamp
+        if timestamp > batch.max_timestamp:
+            batch.max_timestamp = timestamp
+        append_record(batch.buf, index, timestamp - batch.base_timestamp, key, value, headers)
+        batch.record_count = index + 1
         if handle is not None:
             batch.handles.append((index, timestamp, handle))
         batch.size += size

@@ -21,6 +21,7 @@ import io
 import struct
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
 from kio.index import load_request_schema, load_response_schema
@@ -30,6 +31,8 @@ from oncelog.protocol import versions as api
 from oncelog.protocol.build import make, request_module
 from oncelog.protocol.varint import read_uvarint
 from oncelog.records.codec import encode_uvarint
+
+Buffer = bytes | bytearray | memoryview
 
 __all__ = [
     "CLIENT_VERSIONS",
@@ -138,15 +141,24 @@ def nested(api_key: int, version: int, name: str, /, **fields: Any) -> Any:
 
 
 class RawRequest:
-    """A request body already encoded, with what ``encode_request`` needs to frame it."""
+    """A request body already encoded (as pieces, joined once with the frame's header),
+    with what ``encode_request`` needs to frame it."""
 
     __slots__ = ("__api_key__", "__flexible__", "__version__", "payload")
 
-    def __init__(self, api_key: int, version: int, flexible: bool, payload: bytes) -> None:
+    def __init__(
+        self, api_key: int, version: int, flexible: bool, payload: Sequence[Buffer]
+    ) -> None:
         self.__api_key__ = api_key
         self.__version__ = version
         self.__flexible__ = flexible
         self.payload = payload
+
+
+@functools.lru_cache(maxsize=1024)
+def _produce_string(text: str, flexible: bool) -> bytes:
+    data = text.encode()
+    return (encode_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
 
 
 def produce_request(
@@ -154,31 +166,27 @@ def produce_request(
     transactional_id: str | None,
     acks: int,
     timeout_ms: int,
-    topics: dict[str, list[tuple[int, bytes]]],
+    topics: dict[str, list[tuple[int, Buffer]]],
 ) -> RawRequest:
-    """A Produce request (v3 to v12) of ``topics``: name -> [(partition, record batch)]."""
+    """A Produce request (v3 to v12) of ``topics``: name -> [(partition, record batch)].
+    The batches are not copied until the frame is made."""
     flexible = version >= _PRODUCE_FLEXIBLE
-    parts: list[bytes] = []
-    add = parts.append
-
-    def length(n: int) -> bytes:  # array / bytes length
-        return encode_uvarint(n + 1) if flexible else _I32.pack(n)
-
-    def string(text: str) -> bytes:
-        data = text.encode()
-        return (encode_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
-
     if transactional_id is None:
-        add(b"\0" if flexible else b"\xff\xff")  # null
+        txn_id = b"\0" if flexible else b"\xff\xff"  # null
     else:
-        add(string(transactional_id))
-    add(_PRODUCE_HEAD.pack(acks, timeout_ms))
-    add(length(len(topics)))
+        txn_id = _produce_string(transactional_id, flexible)
+    parts: list[Buffer] = [
+        txn_id,
+        _PRODUCE_HEAD.pack(acks, timeout_ms),
+        encode_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics)),
+    ]
+    add = parts.append
     for name, partitions in topics.items():
-        add(string(name))
-        add(length(len(partitions)))
+        add(_produce_string(name, flexible))
+        add(encode_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions)))
         for index, records in partitions:
-            add(_I32.pack(index) + length(len(records)))
+            n = len(records)
+            add(_I32.pack(index) + (encode_uvarint(n + 1) if flexible else _I32.pack(n)))
             add(records)
             if flexible:
                 add(b"\0")  # the partition's tagged fields
@@ -186,24 +194,25 @@ def produce_request(
             add(b"\0")  # the topic's
     if flexible:
         add(b"\0")  # the request's
-    return RawRequest(api.PRODUCE, version, flexible, b"".join(parts))
+    return RawRequest(api.PRODUCE, version, flexible, parts)
 
 
 def encode_request(correlation_id: int, client_id: str | None, body: Any) -> bytes:
     """A whole frame: size, header v1 (v2 when the request is flexible), body."""
     api_key, version = int(body.__api_key__), int(body.__version__)
-    out = io.BytesIO()
     cid = client_id.encode() if client_id is not None else None
-    out.write(_HEAD.pack(0, api_key, version, correlation_id, -1 if cid is None else len(cid)))
-    if cid:
-        out.write(cid)
-    if body.__flexible__:
-        out.write(b"\0")  # no tagged fields in the header
+    head = [b"", cid or b"", b"\0" if body.__flexible__ else b""]  # no tagged fields
     if isinstance(body, RawRequest):
-        out.write(body.payload)
-    else:
-        writer: Any = _writer
-        writer(type(body))(out, body)
+        parts = [*head, *body.payload]
+        size = _HEAD.size - 4 + sum(map(len, parts))
+        cid_size = -1 if cid is None else len(cid)
+        parts[0] = _HEAD.pack(size, api_key, version, correlation_id, cid_size)
+        return b"".join(parts)
+    out = io.BytesIO()
+    out.write(_HEAD.pack(0, api_key, version, correlation_id, -1 if cid is None else len(cid)))
+    out.write(b"".join(head))
+    writer: Any = _writer
+    writer(type(body))(out, body)
     data = out.getbuffer()
     _I32.pack_into(data, 0, len(data) - 4)
     frame = bytes(data)
@@ -290,11 +299,17 @@ def _replace_nested(tp: Any, old: Any, new: Any) -> Any:
     return tp
 
 
+@functools.cache
+def _response_reader(api_key: int, version: int) -> tuple[Any, bool]:
+    """The reader of the response's body, and whether its header has tagged fields
+    (looked up once: kio resolves the schema's module by name on every call)."""
+    cls = _tolerant(load_response_schema(api_key, version))
+    return _reader(cls), bool(cls.__flexible__) and api_key != api.API_VERSIONS
+
+
 def decode_response(api_key: int, version: int, frame: bytes) -> Any:
     """The body of a response frame (without its 4-byte size prefix)."""
-    cls = _tolerant(load_response_schema(api_key, version))
-    pos = 4
-    if cls.__flexible__ and api_key != api.API_VERSIONS:
-        pos = _skip_tagged_fields(frame, pos)
-    body, _ = _reader(cls)(frame, pos)
+    reader, tagged_header = _response_reader(api_key, version)
+    pos = _skip_tagged_fields(frame, 4) if tagged_header else 4
+    body, _ = reader(frame, pos)
     return body

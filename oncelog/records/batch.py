@@ -27,7 +27,7 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_TIMESTAMP = -1
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+_HEADER = HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")  # the fields in order
 
 
 class Compression(IntEnum):

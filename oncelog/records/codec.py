@@ -14,9 +14,12 @@ A length of -1 means null. Decoding errors are ``KafkaError(CORRUPT_MESSAGE)``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, TypeVar, overload
+
+from crc32c import crc32c
 
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.varint import VarintError, read_uvarint
@@ -26,7 +29,10 @@ from oncelog.records.batch import (
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
     HEADER_SIZE,
+    HEADER_STRUCT,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     NO_TIMESTAMP,
@@ -37,6 +43,8 @@ from oncelog.records.batch import (
 from oncelog.records.compression import compress, decompress
 from oncelog.records.validate import MIN_BATCH_LENGTH, batch_crc
 from oncelog.records.varints import (
+    ZIGZAG_TABLE,
+    ZIGZAG_TABLE_SIZE,
     corrupt_varint,
     decode_uvarint,
     decode_uvarlong,
@@ -68,11 +76,13 @@ __all__ = [
     "encode_varlong",
     "iter_records",
     "seal_batch",
+    "seal_in_place",
     "varlong_size",
 ]
 
 Buffer = bytes | bytearray | memoryview
 T = TypeVar("T")
+_CRC = struct.Struct(">I")
 Headers = tuple[tuple[str, bytes | None], ...]
 
 # --------------------------------------------------------------------------- records
@@ -113,21 +123,34 @@ def append_record(
     """Append one encoded record to ``out`` (a batch body being built)."""
     if not 0 <= offset_delta <= 0x7FFFFFFF:
         raise ValueError(f"offset delta out of range: {offset_delta}")
-    head = b"\x00" + zigzag(timestamp_delta) + zigzag(offset_delta)  # attributes unused
-    head += b"\x01" if key is None else zigzag(len(key)) + key  # zigzag(-1): null
+    # zigzag() inlined (a table lookup for small values): this runs once per record
+    table, small = ZIGZAG_TABLE, ZIGZAG_TABLE_SIZE
+    head = b"\x00"  # attributes (unused), then the deltas
+    head += table[timestamp_delta] if 0 <= timestamp_delta < small else zigzag(timestamp_delta)
+    head += table[offset_delta] if offset_delta < small else zigzag(offset_delta)
+    if key is None:
+        head += b"\x01"  # zigzag(-1): null
+    else:
+        n = len(key)
+        head += (table[n] if n < small else zigzag(n)) + key
     if value is None:
         head += b"\x01"
         value = b""
     else:
-        head += zigzag(len(value))
-    if headers:
-        tail: bytes | bytearray = bytearray(zigzag(len(headers)))
-        for h_key, h_value in headers:
-            h_key_b = h_key.encode("utf-8")
-            tail += zigzag(len(h_key_b)) + h_key_b
-            tail += b"\x01" if h_value is None else zigzag(len(h_value)) + h_value
-    else:
-        tail = b"\x00"
+        n = len(value)
+        head += table[n] if n < small else zigzag(n)
+    if not headers:
+        n = len(head) + len(value) + 1
+        out += table[n] if n < small else zigzag(n)
+        out += head
+        out += value
+        out += b"\x00"  # no headers
+        return
+    tail = bytearray(zigzag(len(headers)))
+    for h_key, h_value in headers:
+        h_key_b = h_key.encode("utf-8")
+        tail += zigzag(len(h_key_b)) + h_key_b
+        tail += b"\x01" if h_value is None else zigzag(len(h_value)) + h_value
     out += zigzag(len(head) + len(value) + len(tail))
     out += head
     out += value
@@ -135,7 +158,7 @@ def append_record(
 
 
 def seal_batch(
-    body: bytes | bytearray,
+    body: Buffer,
     *,
     record_count: int,
     base_timestamp: int,
@@ -154,30 +177,48 @@ def seal_batch(
     offset deltas from 0): compressed with ``compression``, header and CRC added."""
     if not 0 <= compression <= 4:
         raise ValueError(f"unknown compression codec {compression}")
-    payload = compress(compression, body) if compression else bytes(body)
+    out = bytearray(HEADER_SIZE)
+    out += compress(compression, body) if compression else body
     attributes = compression & ATTR_COMPRESSION_MASK
     if timestamp_type:
         attributes |= ATTR_TIMESTAMP_TYPE
-    if transactional:
-        attributes |= ATTR_TRANSACTIONAL
     if control:
         attributes |= ATTR_CONTROL
-    header = BatchHeader(
-        base_offset=base_offset,
-        batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload),
-        partition_leader_epoch=partition_leader_epoch,
-        magic=2,
-        crc=0,
-        attributes=attributes,
-        last_offset_delta=record_count - 1,
-        base_timestamp=base_timestamp,
-        max_timestamp=max_timestamp,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        records_count=record_count,
-    )
-    return _seal(header, payload)
+    seal_in_place(
+        out, record_count=record_count, base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp, producer_id=producer_id, producer_epoch=producer_epoch,
+        base_sequence=base_sequence, transactional=transactional, attributes=attributes,
+        base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
+    )  # fmt: skip
+    return bytes(out)
+
+
+def seal_in_place(
+    buf: bytearray,
+    *,
+    record_count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    attributes: int = 0,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+) -> None:
+    """Write the header and CRC of the batch in ``buf``: ``HEADER_SIZE`` bytes kept for
+    the header, then the (compressed, per ``attributes``) records. Sealing again, e.g.
+    with another producer epoch for a retry, rewrites them."""
+    if transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    HEADER_STRUCT.pack_into(
+        buf, 0, base_offset, len(buf) - LOG_OVERHEAD, partition_leader_epoch, 2, 0,
+        attributes, record_count - 1, base_timestamp, max_timestamp, producer_id,
+        producer_epoch, base_sequence, record_count,
+    )  # fmt: skip
+    with memoryview(buf) as view:
+        _CRC.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
 
 
 def encode_batch(
@@ -230,7 +271,7 @@ def _seal(header: BatchHeader, payload: bytes) -> bytes:
     """The batch: ``header`` (its CRC computed here) followed by ``payload``."""
     out = bytearray(pack_header(header))
     out += payload
-    out[17:21] = batch_crc(out, 0, len(out)).to_bytes(4, "big")
+    out[CRC_OFFSET:ATTRIBUTES_OFFSET] = batch_crc(out, 0, len(out)).to_bytes(4, "big")
     return bytes(out)
 
 
@@ -255,8 +296,12 @@ def encode_retained_batch(
     body = bytearray()
     for record in records:
         append_record(
-            body, record.offset - header.base_offset, record.timestamp - base_timestamp,
-            record.key, record.value, record.headers,
+            body,
+            record.offset - header.base_offset,
+            record.timestamp - base_timestamp,
+            record.key,
+            record.value,
+            record.headers,
         )
     if records and header.compression:
         payload = compress(header.compression, body)

@@ -115,9 +115,9 @@ def decode_varlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
     return (z >> 1) ^ -(z & 1), pos
 
 
-_SMALL = 1 << 14
+_SMALL = ZIGZAG_TABLE_SIZE = 1 << 14
 # zigzag(i) for the small non-negative values records are made of (lengths, deltas)
-_ZIGZAG_SMALL = tuple(encode_uvarlong(i << 1) for i in range(_SMALL))
+_ZIGZAG_SMALL = ZIGZAG_TABLE = tuple(encode_uvarlong(i << 1) for i in range(_SMALL))
 
 
 def zigzag(value: int) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
+from oncelog.client.errors import KafkaTimeoutError
 from oncelog.client.types import Message
 from oncelog.harness.fault_proxy import ApiKey, FaultRules
 from tests.support.names import unique_name, unique_topic
@@ -126,3 +127,22 @@ def test_producer_pipelines_batches_of_a_partition_up_to_max_in_flight(
         assert [f.result().offset for f in futures] == list(range(60))
     got = read_all(bootstrap, topic, 60)
     assert [m.value for m in got] == [f"{i:05d}".encode() * 100 for i in range(60)]
+
+
+def test_produce_request_without_an_answer_times_out(proxied_broker: object) -> None:
+    # Produce responses held back longer than request.timeout.ms: the request fails with a
+    # timeout (retries=0 makes that the record's outcome), the connection is closed, and
+    # the next record goes out on a new one.
+    bootstrap = proxied_broker.bootstrap  # type: ignore[attr-defined]
+    proxy = proxied_broker.proxy  # type: ignore[attr-defined]
+    topic = make_topic(bootstrap)
+    config = {"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0,
+              "request.timeout.ms": 1000, "delivery.timeout.ms": 60_000}  # fmt: skip
+    with Producer(config) as producer:
+        assert producer.send(topic, b"first").result(60).offset == 0  # connected
+        proxy.set_rules(FaultRules(delay={ApiKey.PRODUCE: 30.0}))
+        error = producer.send(topic, b"unanswered").exception(60)
+        assert isinstance(error, KafkaTimeoutError)
+        assert "no response to api 0" in str(error)
+        proxy.set_rules(None)
+        assert producer.send(topic, b"after").result(60).offset >= 1

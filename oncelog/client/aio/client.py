@@ -103,6 +103,11 @@ class KafkaClient:
             sasl=self._sasl,
         )
 
+    def open_connection(self, node_id: int) -> BrokerConnection | None:
+        """The connection to ``node_id`` if it is open (None: use ``connection``)."""
+        conn = self._conns.get(node_id)
+        return conn if conn is not None and conn.connected and not self._closed else None
+
     async def connection(self, node_id: int) -> BrokerConnection:
         """An open connection to ``node_id`` (BOOTSTRAP_NODE: any reachable broker)."""
         if self._closed:

@@ -87,6 +87,7 @@ class BrokerConnection:
         self._correlation = itertools.count(1)
         self._closed = False
         self._close_reason: str = ""
+        self._closing: asyncio.Task[None] | None = None  # a close begun by a timeout
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -259,6 +260,44 @@ class BrokerConnection:
                 f"no response to api {int(body.__api_key__)} from {self.host}:{self.port} "
                 f"within {timeout:.1f}s"
             ) from None
+
+    def send_nowait(self, body: Any) -> asyncio.Future[Any] | None:
+        """Write a request that expects a response at once, without a task: the future of
+        its decoded response, failed with ``KafkaTimeoutError`` after ``request.timeout.ms``
+        (the connection then closes, as with ``send``). None when the request cannot be
+        written now (closed, or due to re-authenticate first): then ``send`` it."""
+        if self._closed or self._writer is None or self._auth_lock.locked():
+            return None
+        due = self._reauthenticate_at
+        if due is not None and time.monotonic() >= due:
+            return None
+        correlation_id = next(self._correlation)
+        frame = encode_request(correlation_id, self.client_id, body)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._pending[correlation_id] = (int(body.__api_key__), int(body.__version__), future)
+        try:
+            self._writer.write(frame)
+        except (OSError, RuntimeError):
+            del self._pending[correlation_id]
+            return None
+        timer = loop.call_later(
+            self.request_timeout_ms / 1000, self._timed_out, correlation_id, int(body.__api_key__)
+        )
+        future.add_done_callback(lambda _: timer.cancel())
+        return future
+
+    def _timed_out(self, correlation_id: int, api_key: int) -> None:
+        entry = self._pending.pop(correlation_id, None)
+        if entry is None or entry[2].done():
+            return
+        entry[2].set_exception(
+            KafkaTimeoutError(
+                f"no response to api {api_key} from {self.host}:{self.port} "
+                f"within {self.request_timeout_ms / 1000:.1f}s"
+            )
+        )
+        self._closing = asyncio.get_running_loop().create_task(self.close("timed out"))
 
     async def _read_loop(self) -> None:
         assert self._reader is not None

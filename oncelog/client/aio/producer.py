@@ -187,16 +187,21 @@ class AIOProducer:
         timestamp: int | None = None,
         on_delivery: DeliveryCallback | None = None,
         now_ms: int | None = None,
+        checked: bool = False,
     ) -> None:
         """Append one record of ``topic`` (whose metadata is ``info``) and bind ``future``
         to it; the caller then calls ``delivery.bound`` for the futures it bound. Raises
-        what stops the record (the future is then left alone)."""
-        self.check_send()
+        what stops the record (the future is then left alone). ``checked``: the caller
+        called ``check_send`` since the event loop last ran anything else."""
+        if not checked:
+            self.check_send()
         key_b = key if key is None or type(key) is bytes else _to_bytes(key)
         value_b = value if value is None or type(value) is bytes else _to_bytes(value)
-        num_partitions = info.num_partitions
+        num_partitions = len(info.leaders)
         if partition is None:
-            partition = self.partitioner.partition(topic, key_b, num_partitions)
+            partition = 0
+            if num_partitions != 1:  # (one partition: no partitioner work per record)
+                partition = self.partitioner.partition(topic, key_b, num_partitions)
         elif not 0 <= partition < num_partitions:
             raise KafkaClientError(
                 f"{topic} has no partition {partition} ({num_partitions} partitions)",
@@ -215,15 +220,21 @@ class AIOProducer:
             timestamp = _wall_ms()
         elif type(timestamp) is not int:
             timestamp = int(timestamp)
-        future.timestamp = ts = timestamp
+        future.timestamp = timestamp
         if self.transactional_id is not None:
             self.transactions.on_append(tp)
-        now = mono_ms() if now_ms is None else now_ms
         batch, index, full = self.accumulator.append(
-            tp, key_b, value_b, _headers(headers), ts, now, on_delivery
+            tp,
+            key_b,
+            value_b,
+            _headers(headers) if headers else (),
+            timestamp,
+            mono_ms() if now_ms is None else now_ms,
+            on_delivery,
         )
         future.bind(batch.result, index)
-        self.partitioner.on_append(topic, partition, size, num_partitions)
+        if num_partitions > 1:
+            self.partitioner.on_append(topic, partition, size, num_partitions)
         if index == 0:
             self.sender.add_pending(batch)
             self.sender.wakeup()  # to send it, or to schedule its linger timer

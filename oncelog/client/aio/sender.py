@@ -1,8 +1,9 @@
 """The producer's sender: batches from the accumulator to the brokers, and their outcome.
 
 The drain side of the Java client's RecordAccumulator plus its Sender. One sender task
-drains ready batches, groups them by leader and sends one Produce request per leader
-(several leaders in parallel, each in its own produce task). A partition has up to
+drains ready batches, groups them by leader and sends one Produce request per leader:
+written at once on an open connection, its response handled by a callback (a task only
+when the connection must be made first). A partition has up to
 ``max.in.flight.requests.per.connection`` batches in flight, one per request (the
 connection pipelines them and the broker answers in order). Each batch gets the producer
 id, epoch and next sequence of its partition when first drained, and again after an epoch
@@ -12,10 +13,10 @@ partition has a retry outstanding only one batch of it is in flight (as Java doe
 batch that the broker refuses as out of order because an earlier one is being retried is
 retried too. Retriable errors re-enqueue a batch until ``retries`` or
 ``delivery.timeout.ms`` run out; queued batches older than ``delivery.timeout.ms`` expire.
-A batch's outcome settles its ``ProduceResult`` (its records' futures) and the records'
-``on_delivery`` callbacks; an error is
-classified (fatal, unresolved sequence, abortable) for the ``TransactionManager``, which
-also holds back partitions not yet added to the transaction. An unexpected error in the
+A batch's outcome (``oncelog.client.aio.batch_outcomes``) settles its ``ProduceResult``
+(its records' futures) and the records' ``on_delivery`` callbacks; an error is classified
+(fatal, unresolved sequence, abortable) for the ``TransactionManager``, which also holds
+back partitions not yet added to the transaction. An unexpected error in the
 sender or in a produce task fails the records it was handling instead of leaving them
 pending forever.
 """
@@ -24,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 from oncelog.client.accumulator import ProducerBatch, RecordAccumulator
+from oncelog.client.aio.batch_outcomes import BatchOutcomes, DeliveryCallback, mono_ms
 from oncelog.client.aio.client import KafkaClient
 from oncelog.client.aio.idempotence import unexpected
 from oncelog.client.aio.transaction_manager import TransactionManager
@@ -39,15 +41,11 @@ from oncelog.client.errors import (
     FatalError,
     KafkaClientError,
     KafkaTimeoutError,
-    OutOfOrderSequenceError,
-    ProducerFencedError,
     RetriableError,
-    UnknownProducerIdError,
     error_for,
 )
-from oncelog.client.txn_requests import FENCING
-from oncelog.client.types import RecordMetadata, TopicPartition
-from oncelog.client.wire import produce_request
+from oncelog.client.types import TopicPartition
+from oncelog.client.wire import Buffer, produce_request
 from oncelog.errors import ErrorCode
 from oncelog.protocol import versions as api
 
@@ -55,21 +53,15 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["DeliveryCallback", "Sender", "mono_ms"]
 
-DeliveryCallback = Callable[[KafkaClientError | None, RecordMetadata | None], None]
-
-
 # The broker refuses a batch's sequence: possibly because an earlier batch is missing.
 _SEQUENCE_ERRORS = (ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id)
 
 
-def mono_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
+def _reraise(exc: BaseException) -> None:
+    raise exc
 
 
-_mono_ms = mono_ms
-
-
-class Sender:
+class Sender(BatchOutcomes):
     def __init__(
         self,
         config: ClientConfig,
@@ -237,14 +229,6 @@ class Sender:
                 muted.add(tp)
         return frozenset(muted)
 
-    def _landed(self, batch: ProducerBatch) -> None:
-        """``batch`` is no longer in flight."""
-        batches = self._in_flight.get(batch.tp)
-        if batches is not None and batch in batches:
-            batches.remove(batch)
-            if not batches:
-                del self._in_flight[batch.tp]
-
     def _expire_batches(self, now: int) -> None:
         timeout = self.config["delivery.timeout.ms"]
         for batch in self.accumulator.pop_expired(now, timeout, self._in_flight.keys()):
@@ -275,10 +259,11 @@ class Sender:
             for batch in batches:
                 self._prepare_batch(batch)
                 self._in_flight.setdefault(batch.tp, []).append(batch)
-            task = asyncio.get_running_loop().create_task(self._produce(leader, batches))
-            self._sender_batches = []  # the produce task owns them now
-            self._request_tasks.add(task)
-            task.add_done_callback(self._request_tasks.discard)
+            if not self._produce_nowait(leader, batches):
+                task = asyncio.get_running_loop().create_task(self._produce(leader, batches))
+                self._request_tasks.add(task)
+                task.add_done_callback(self._request_tasks.discard)
+            self._sender_batches = []  # the request owns them now
             sent = True
         return sent
 
@@ -298,11 +283,53 @@ class Sender:
             ) & 0x7FFFFFFF
             batch.transactional = self.transactions.transactional_id is not None
 
-    async def _produce(self, leader: int, batches: list[ProducerBatch]) -> None:
+    def _produce_request(self, version: int, batches: list[ProducerBatch]) -> Any:
+        topics: dict[str, list[tuple[int, Buffer]]] = defaultdict(list)
+        for b in batches:
+            topics[b.tp.topic].append((b.tp.partition, b.encode(self.compression)))
+        return produce_request(
+            version,
+            self.transactions.transactional_id,
+            self.acks,
+            self.config["request.timeout.ms"],
+            topics,
+        )
+
+    def _produce_nowait(self, leader: int, batches: list[ProducerBatch]) -> bool:
+        """Send the request on the leader's open connection at once, its response handled
+        by a callback (no task per request); False if the connection is not ready for
+        it (``_produce`` then connects and sends)."""
+        conn = self.client.open_connection(leader)
+        if conn is None or self.acks == 0:
+            return False
+        future = conn.send_nowait(self._produce_request(conn.version(api.PRODUCE), batches))
+        if future is None:
+            return False
+        future.add_done_callback(functools.partial(self._on_produce_done, leader, batches))
+        return True
+
+    def _on_produce_done(
+        self, leader: int, batches: list[ProducerBatch], future: asyncio.Future[Any]
+    ) -> None:
+        self._settle_request(leader, batches, future.result)
+
+    def _settle_request(
+        self, leader: int, batches: list[ProducerBatch], outcome: Callable[[], Any]
+    ) -> None:
+        """Settle or retry ``batches`` after their request: ``outcome()`` is its response
+        (None with acks=0) or raises its error."""
         try:
-            await self._produce_batches(leader, batches)
-        except asyncio.CancelledError:
-            raise
+            try:
+                response = outcome()
+            except KafkaClientError as exc:
+                if self._on_request_error(batches, exc):
+                    self._refresh_metadata_soon()
+                return
+            if response is None:  # acks=0
+                for b in batches:
+                    self._complete_ok(b, -1, -1)
+            elif self._on_produce_response(batches, response):
+                self._refresh_metadata_soon()
         except Exception as exc:  # a bug or an unexpected response: fail the records, loudly
             self._fail_unexpectedly(batches, unexpected(f"produce to node {leader}", exc))
         finally:
@@ -310,35 +337,42 @@ class Sender:
                 self._landed(b)
             self._wakeup.set()
 
-    async def _produce_batches(self, leader: int, batches: list[ProducerBatch]) -> None:
-        topics: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
-        for b in batches:
-            topics[b.tp.topic].append((b.tp.partition, b.encode(self.compression)))
-
-        try:
-            conn = await self.client.connection(leader)
-            body = produce_request(
-                conn.version(api.PRODUCE),
-                self.transactions.transactional_id,
-                self.acks,
-                self.config["request.timeout.ms"],
-                topics,
-            )
-            response = await conn.send(body, expect_response=self.acks != 0)
-        except RetriableError as exc:
-            for b in batches:
-                self._retry_or_fail(b, exc)
+    def _refresh_metadata_soon(self) -> None:
+        async def refresh() -> None:
             with contextlib.suppress(KafkaClientError):
                 await self.client.refresh_metadata()
-            return
-        except KafkaClientError as exc:
+
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._request_tasks.add(task)
+        task.add_done_callback(self._request_tasks.discard)
+
+    async def _produce(self, leader: int, batches: list[ProducerBatch]) -> None:
+        """The request of ``batches`` when the connection must be made first (or acks=0)."""
+        try:
+            conn = await self.client.connection(leader)
+            body = self._produce_request(conn.version(api.PRODUCE), batches)
+            response = await conn.send(body, expect_response=self.acks != 0)
+        except asyncio.CancelledError:
             for b in batches:
-                self._complete_failed(b, exc)
+                self._landed(b)
+            raise
+        except Exception as exc:  # settled (or failed, if unexpected) as the outcome
+            self._settle_request(leader, batches, functools.partial(_reraise, exc))
             return
-        if response is None:  # acks=0
+        self._settle_request(leader, batches, lambda: response)
+
+    def _on_request_error(self, batches: list[ProducerBatch], exc: KafkaClientError) -> bool:
+        """The request failed as a whole; True if the metadata should be refreshed."""
+        if isinstance(exc, RetriableError):
             for b in batches:
-                self._complete_ok(b, -1, -1)
-            return
+                self._retry_or_fail(b, exc)
+            return True
+        for b in batches:
+            self._complete_failed(b, exc)
+        return False
+
+    def _on_produce_response(self, batches: list[ProducerBatch], response: Any) -> bool:
+        """Settle or retry each batch; True if the metadata should be refreshed."""
         results: dict[TopicPartition, Any] = {}
         for topic_resp in response.responses:
             for part in topic_resp.partition_responses:
@@ -371,9 +405,7 @@ class Sender:
                 self._retry_or_fail(b, err)
             else:
                 self._complete_failed(b, err)
-        if refresh:
-            with contextlib.suppress(KafkaClientError):
-                await self.client.refresh_metadata()
+        return refresh
 
     def _earlier_unresolved(self, batch: ProducerBatch) -> bool:
         """Whether the broker's refusal of ``batch``'s sequence may come from an earlier
@@ -399,87 +431,3 @@ class Sender:
             ):
                 return True
         return False
-
-    def _retry_or_fail(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
-        self._landed(batch)
-        age = mono_ms() - batch.created_ms
-        if (
-            age >= self.config["delivery.timeout.ms"]
-            or batch.attempts > self.config["retries"]
-            or self.closed
-        ):
-            if batch.has_sequence:
-                self.transactions.on_unresolved_sequence(exc)
-            self._fail_batch(
-                batch,
-                KafkaTimeoutError(f"{batch.tp}: giving up after {batch.attempts} attempts: {exc}")
-                if not isinstance(exc, KafkaTimeoutError)
-                else exc,
-            )
-            return
-        logger.debug("retrying batch for %s (attempt %d): %s", batch.tp, batch.attempts, exc)
-        self.accumulator.reenqueue(batch)
-
-    def _complete_ok(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
-        self._landed(batch)
-        self.pending.discard(batch)
-        if batch.result.done:
-            return
-        batch.result.complete(base_offset, log_append_time, None)
-        topic, partition = batch.tp
-        for index, timestamp, callback in batch.handles:
-            offset = base_offset + index if base_offset >= 0 else -1
-            ts = log_append_time if log_append_time >= 0 else timestamp
-            self._run_callback(callback, None, RecordMetadata(topic, partition, offset, ts))
-
-    def _complete_failed(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
-        """A non-retriable error for this batch: classify, then fail its records."""
-        code = exc.code
-        if code == ErrorCode.invalid_txn_state and self.transactions.transactional_id:
-            # The broker refused the batch as part of no ongoing transaction (KIP-890: the
-            # transaction ended while the partition was being verified). The Java producer
-            # (4.x) makes the transaction abortable, not the producer fatal.
-            self.transactions.enter_abortable(exc)
-            self._fail_batch(batch, exc)
-            return
-        if code in FENCING or isinstance(exc, FatalError):
-            fatal = exc if isinstance(exc, FatalError) else ProducerFencedError(str(exc), code)
-            self._fail_batch(batch, fatal)
-            self.transactions.enter_fatal(fatal)
-            return
-        if isinstance(exc, OutOfOrderSequenceError | UnknownProducerIdError):
-            self.transactions.on_unresolved_sequence(exc)
-        elif self.transactions.transactional_id is not None:
-            self.transactions.enter_abortable(exc)
-        self._fail_batch(batch, exc)
-
-    def _fail_unexpectedly(self, batches: list[ProducerBatch], error: KafkaClientError) -> None:
-        """Fail the records of ``batches`` not yet completed after an unexpected error; one
-        that was sent may or may not have been written, so its sequence is unresolved."""
-        for b in batches:
-            if b.result.done:
-                continue  # completed before the failure
-            if b.has_sequence:
-                self.transactions.on_unresolved_sequence(error)
-            elif self.transactions.transactional_id is not None:
-                self.transactions.enter_abortable(error)  # the transaction has lost records
-            self._fail_batch(b, error)
-
-    def _fail_batch(self, batch: ProducerBatch, exc: KafkaClientError) -> None:
-        self._landed(batch)
-        self.pending.discard(batch)
-        self.transactions.on_failure(exc)
-        if batch.result.done:
-            return
-        batch.result.complete(-1, -1, exc)
-        for _, _, callback in batch.handles:
-            self._run_callback(callback, exc, None)
-
-    @staticmethod
-    def _run_callback(
-        callback: DeliveryCallback, exc: KafkaClientError | None, meta: RecordMetadata | None
-    ) -> None:
-        try:
-            callback(exc, meta)
-        except Exception:
-            logger.exception("on_delivery callback raised")
