@@ -21,7 +21,7 @@ import io
 import struct
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 from kio.index import load_request_schema, load_response_schema
@@ -166,7 +166,7 @@ def produce_request(
     transactional_id: str | None,
     acks: int,
     timeout_ms: int,
-    topics: dict[str, list[tuple[int, Buffer]]],
+    topics: Mapping[str, Sequence[tuple[int, Buffer]]],
 ) -> RawRequest:
     """A Produce request (v3 to v12) of ``topics``: name -> [(partition, record batch)].
     The batches are not copied until the frame is made."""
