@@ -79,8 +79,12 @@ def test_created_factor_and_preferred_election_after_restart(
         "broker 2 back in every ISR, leading nothing")
     not_controller = next(n for n in (1, 2, 3) if n != unbalanced.controller_id)
 
+    # Led by another than their preferred replica: broker 2's, and any whose leader lost its
+    # etcd session for a moment on a loaded machine (seen once in a parallel run).
+    moved = {i for i, p in unbalanced.topics[TOPIC].items() if p.leader != p.replicas[0]}
+    assert set(preferred_by_2) <= moved
     codes = elect(cluster, not_controller, ElectionType.PREFERRED, tuple(range(PARTITIONS)))
-    assert codes == {i: ErrorCode.none if i in preferred_by_2 else ErrorCode.election_not_needed
+    assert codes == {i: ErrorCode.none if i in moved else ErrorCode.election_not_needed
                      for i in range(PARTITIONS)}
     # The controller answers once its own image shows the new leaders (broker/cluster/
     # elections.py); the broker that forwarded the request learns them from etcd a moment
@@ -89,7 +93,7 @@ def test_created_factor_and_preferred_election_after_restart(
     for i, p in after.topics[TOPIC].items():
         assert p.leader == p.replicas[0]
         old = unbalanced.topics[TOPIC][i]
-        assert p.leader_epoch == old.leader_epoch + (1 if i in preferred_by_2 else 0)
+        assert p.leader_epoch == old.leader_epoch + (1 if i in moved else 0)
 
     again = elect(cluster, not_controller, ElectionType.PREFERRED, tuple(range(PARTITIONS)))
     assert again == dict.fromkeys(range(PARTITIONS), ErrorCode.election_not_needed)

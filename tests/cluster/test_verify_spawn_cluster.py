@@ -4,9 +4,10 @@ network partitions (the brokers run in network namespaces: this needs root and `
 the other cluster tests), as a user runs it.
 
 Nothing but G0 may be found, and the run must have done real work: the floors are about a
-third of what a run achieves on a loaded two-core machine (a run measured while writing
+sixth of what a run achieves on a loaded two-core machine (a run measured while writing
 this test, next to a single-node run: 905 committed transactions, 1174 polled records, 1059
-derived records, 9 faults), so a run in which the cluster stopped serving, the group never
+derived records, 9 faults; on a machine three times slower and shared with other test runs,
+282 committed, 428 polled), so a run in which the cluster stopped serving, the group never
 formed or a client stopped working cannot pass.
 """
 
@@ -18,7 +19,7 @@ import pytest
 
 from tests.support.verify_cli import Floors, check_spawned_run
 
-FLOORS = Floors(ok=300, faults=6, ok_per_client=20, polled=350, derived=300)
+FLOORS = Floors(ok=150, faults=6, ok_per_client=20, polled=200, derived=150)
 
 
 @pytest.mark.timeout(720)

@@ -171,7 +171,7 @@ def test_internal_topics_stay_bounded_and_reload_the_same_state(broker_factory) 
     broker: BrokerProcess = broker_factory(configs=BROKER_CONFIGS)
     committers = Committers(broker.bootstrap, make_topic(broker.bootstrap))
     with committers.running():
-        wait_for(lambda: committers.total() >= COMMITS, broker, 60, "too few commits")
+        wait_for(lambda: committers.total() >= COMMITS, broker, 240, "too few commits")
         # Under load, passes keep both internal topics bounded by the live keys and the
         # last second or so of commits, not by the history.
         wait_for(lambda: bounded(broker, committers.total()), broker, 30,
