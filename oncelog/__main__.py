@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":
-    # As in oncelog.cli.main: a program never needs kio's hypothesis strategies.
-    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+    from oncelog.program import as_program
+
+    as_program()
 
 from oncelog.cli.main import main
 

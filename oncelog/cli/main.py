@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import sys
 
-if __name__ == "__main__":
-    # Run as a program (`python -m oncelog.cli.main`, how the harness starts brokers): kio
-    # registers hypothesis strategies for its types at import whenever hypothesis is
-    # importable — about half a second of CPU per process in a test environment, for
-    # nothing a command uses. Imported as a module (tests, the console script) this is
-    # skipped.
-    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+if __name__ == "__main__":  # `python -m oncelog.cli.main`, how the harness starts brokers
+    from oncelog.program import as_program
+
+    as_program()
 
 import argparse
 import asyncio

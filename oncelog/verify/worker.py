@@ -16,6 +16,11 @@ A watchdog ends the process (exit 4) if a transaction makes no progress for
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    from oncelog.program import as_program
+
+    as_program()
+
 import argparse
 import faulthandler
 import logging
