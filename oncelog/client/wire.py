@@ -30,9 +30,7 @@ from kio.serial import entity_reader, entity_writer
 from oncelog.protocol import versions as api
 from oncelog.protocol.build import make, request_module
 from oncelog.protocol.varint import read_uvarint
-from oncelog.records.codec import encode_uvarint
-
-Buffer = bytes | bytearray | memoryview
+from oncelog.records.codec import Buffer, encode_uvarint
 
 __all__ = [
     "CLIENT_VERSIONS",

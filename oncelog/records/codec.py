@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, TypeVar, overload
 
-from crc32c import crc32c
-
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.varint import VarintError, read_uvarint
 from oncelog.records.batch import (
@@ -29,7 +27,6 @@ from oncelog.records.batch import (
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
-    ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     HEADER_SIZE,
     HEADER_STRUCT,
@@ -217,8 +214,7 @@ def seal_in_place(
         attributes, record_count - 1, base_timestamp, max_timestamp, producer_id,
         producer_epoch, base_sequence, record_count,
     )  # fmt: skip
-    with memoryview(buf) as view:
-        _CRC.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+    _CRC.pack_into(buf, CRC_OFFSET, batch_crc(buf, 0, len(buf)))
 
 
 def encode_batch(
@@ -271,7 +267,7 @@ def _seal(header: BatchHeader, payload: bytes) -> bytes:
     """The batch: ``header`` (its CRC computed here) followed by ``payload``."""
     out = bytearray(pack_header(header))
     out += payload
-    out[CRC_OFFSET:ATTRIBUTES_OFFSET] = batch_crc(out, 0, len(out)).to_bytes(4, "big")
+    _CRC.pack_into(out, CRC_OFFSET, batch_crc(out, 0, len(out)))
     return bytes(out)
 
 

@@ -256,10 +256,7 @@ class BrokerConnection:
         except TimeoutError:
             self._pending.pop(correlation_id, None)
             await self.close("timed out")
-            raise KafkaTimeoutError(
-                f"no response to api {int(body.__api_key__)} from {self.host}:{self.port} "
-                f"within {timeout:.1f}s"
-            ) from None
+            raise self._no_response(int(body.__api_key__), timeout) from None
 
     def send_nowait(self, body: Any) -> asyncio.Future[Any] | None:
         """Write a request that expects a response at once, without a task: the future of
@@ -291,13 +288,13 @@ class BrokerConnection:
         entry = self._pending.pop(correlation_id, None)
         if entry is None or entry[2].done():
             return
-        entry[2].set_exception(
-            KafkaTimeoutError(
-                f"no response to api {api_key} from {self.host}:{self.port} "
-                f"within {self.request_timeout_ms / 1000:.1f}s"
-            )
-        )
+        entry[2].set_exception(self._no_response(api_key, self.request_timeout_ms / 1000))
         self._closing = asyncio.get_running_loop().create_task(self.close("timed out"))
+
+    def _no_response(self, api_key: int, timeout_s: float) -> KafkaTimeoutError:
+        return KafkaTimeoutError(
+            f"no response to api {api_key} from {self.host}:{self.port} within {timeout_s:.1f}s"
+        )
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
