@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import brokers, machine, profiles  # noqa: E402
+from bench import brokers, machine, profiles, request_floor  # noqa: E402
 from bench.report import problems, rate, results_table, targets_table  # noqa: E402
 from bench.scenarios import SCENARIOS, Scenario, select  # noqa: E402
 from bench.txn_stats import merge_txn_rates, without_samples  # noqa: E402
@@ -293,6 +293,7 @@ def write_report(
     out_dir: Path,
     client: dict[str, Any] | None = None,
     client_report: str | None = None,
+    floor: dict[str, dict[str, Any]] | None = None,
 ) -> str:
     from bench.scenarios import BASE_CONSUMER, BASE_PRODUCER
 
@@ -358,8 +359,14 @@ def write_report(
     if client_report:
         text += ["", "## oncelog.client vs confluent-kafka (bench/client_bench.py, same run)",
                  "", client_report.replace("## Client throughput", "Client throughput", 1)]
+    if floor:
+        text += ["", "## The per-request floor (bench/request_floor.py, same run)", "",
+                 "Broker CPU per request for empty Metadata v12 requests sent one after the "
+                 "other on one connection (what any request costs before its handler does "
+                 "anything; a confluent-kafka small transaction is three requests):", "",
+                 request_floor.table(floor)]
     if args.targets:
-        text += ["", "## Targets (issue 18)", "", targets_table(outcomes, client)]
+        text += ["", "## Targets (issue 18)", "", targets_table(outcomes, client, floor)]
     found = problems(outcomes)
     if found:
         text += ["", "## Problems", "", *[f"- {p}" for p in found]]
@@ -405,6 +412,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "confluent-kafka, RECORDS x 1 KiB) and report it")
     parser.add_argument("--targets", action="store_true",
                         help="add the table of issue 18's targets")
+    parser.add_argument("--request-floor", type=int, default=0, metavar="REQUESTS",
+                        help="also measure each broker's CPU per minimal request "
+                        "(bench/request_floor.py) with REQUESTS requests")
     return parser.parse_args(argv)
 
 
@@ -462,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "results.json").write_text(json.dumps(outcomes, indent=2))
     client, client_report = (run_client_bench(args.client_bench, out_dir)
                              if args.client_bench else (None, None))
+    floor = (request_floor.run(broker_names, args.request_floor, out_dir)
+             if args.request_floor else None)
 
     tansu_version = None
     if "tansu" in broker_names:
@@ -481,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
 
         info["etcd"] = machine._run(etcd_binary(), "--version").splitlines()[0]
     report = write_report(args, argv, outcomes, broker_names, scenarios, info, out_dir,
-                          client, client_report)
+                          client, client_report, floor)
     print(report)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(report)

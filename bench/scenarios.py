@@ -123,12 +123,14 @@ def register(scenario: Scenario) -> Scenario:
 
 
 def select(spec: str | None) -> list[Scenario]:
-    """``None``: the default set; ``all``; a named selection (SELECTIONS); or
+    """``None``: the default set; ``all``; ``none``; a named selection (SELECTIONS); or
     comma-separated names."""
     if not spec:
         return [s for s in SCENARIOS.values() if s.default]
     if spec == "all":
         return list(SCENARIOS.values())
+    if spec == "none":  # e.g. only --request-floor or --client-bench
+        return []
     if spec in SELECTIONS:
         return [SCENARIOS[name] for name in SELECTIONS[spec]]
     chosen = []
