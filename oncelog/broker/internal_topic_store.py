@@ -27,10 +27,10 @@ from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import Clock
 from oncelog.coordinator.group.store import StoredRecord
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.records.batch import parse_header
 from oncelog.records.codec import RecordInput, iter_records
 from oncelog.records.codec import encode_batch as encode_records
 from oncelog.records.control import decode_control
-from oncelog.records.validate import validate_batches
 from oncelog.storage.engine import AppendOrigin
 from oncelog.storage.verification import SENTINEL, VerificationGuard
 
@@ -113,7 +113,8 @@ class InternalTopicStore:
                 transactional=producer_id >= 0,
             )
         )
-        headers = validate_batches(batch, max_batch_bytes=NO_LIMIT, allow_control=True)
+        # Built here, whole and sealed: its header needs no validation pass.
+        headers = [parse_header(batch)]
         if self.replication is not None:
             self.replication.check_min_isr(target, -1)
         result = target.append(batch, headers, origin=AppendOrigin.COORDINATOR,

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from oncelog.config import LogConfig
 from oncelog.errors import ErrorCode, KafkaError
-from oncelog.faults import io_fault
+from oncelog.faults import IO_ERRORS, io_fault
 from oncelog.records.batch import BatchHeader
 from oncelog.storage.engine import AppendOrigin, FetchResult, IsolationLevel
 from oncelog.storage.log import AppendResult
@@ -40,28 +40,38 @@ class _GuardedLog:
     they are in memory, and they let handlers answer the error per partition.
     """
 
-    __slots__ = ("_log", "_partition")
+    __slots__ = ("_log", "_methods", "_partition")
 
     def __init__(self, log: UnifiedLog, partition: Partition) -> None:
         self._log = log
         self._partition = partition
+        # The guarded form of each method, made on its first call: a partition's log takes
+        # the same few calls per request.
+        self._methods: dict[str, Callable[..., Any]] = {}
 
     def __getattr__(self, name: str) -> Any:
+        known = self._methods.get(name)
+        if known is not None:
+            return known
         value = getattr(self._log, name)
         if not callable(value):
             return value
         partition = self._partition
+        target = self._log
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if partition.offline is not None:
                 raise partition.storage_error()
             try:
-                io_fault(name, partition.name)
-                return value(*args, **kwargs)
+                if IO_ERRORS:  # (the partition's name is built only when faults are set)
+                    io_fault(name, partition.name)
+                # Looked up per call: the log's method as it is now.
+                return getattr(target, name)(*args, **kwargs)
             except OSError as exc:
                 partition.take_offline(name, exc)
                 raise partition.storage_error() from exc
 
+        self._methods[name] = guarded
         return guarded
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
@@ -40,8 +39,7 @@ def frame_size(prefix: bytes, max_bytes: int) -> int:
     return size
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
     api_key: int
     api_version: int
     correlation_id: int

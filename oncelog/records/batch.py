@@ -12,8 +12,8 @@ Nothing here touches individual records: the broker's hot paths work on headers 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part not counted in batchLength
@@ -50,8 +50,7 @@ ATTR_CONTROL = 0x20
 ATTR_DELETE_HORIZON = 0x40
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
     base_offset: int
     batch_length: int
     partition_leader_epoch: int

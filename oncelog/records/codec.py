@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar, overload
 
 from oncelog.errors import ErrorCode, KafkaError
@@ -305,8 +305,7 @@ def encode_retained_batch(
         payload = bytes(body)
         if not records:
             attributes &= ~ATTR_COMPRESSION_MASK
-    rebuilt = replace(
-        header,
+    rebuilt = header._replace(
         batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload),
         crc=0,
         attributes=attributes,

@@ -152,13 +152,27 @@ class TransactionMarkerChannel:
                 logger.info("markers of %r stopped: its coordinator moved", transactional_id)
 
     async def wait(self, transactional_id: str) -> None:
-        """Wait, at most ``end_txn_wait_ms``, for the completion of ``transactional_id``."""
+        """Wait, at most ``end_txn_wait_ms``, for the completion of ``transactional_id``
+        (which goes on if the waiter is cancelled: one future and one timer, not
+        ``wait_for(shield(...))``, on every EndTxn's path)."""
         task = self._completions.get(transactional_id)
         if task is None or task.done():
             return
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        task.add_done_callback(wake)
+        timer = loop.call_later(self._end_txn_wait_s, wake)
         try:
-            await asyncio.wait_for(asyncio.shield(task), self._end_txn_wait_s)
-        except TimeoutError:
+            await waiter
+        finally:
+            timer.cancel()
+            task.remove_done_callback(wake)
+        if not task.done():
             logger.info("markers of %r still in flight; answering now", transactional_id)
 
     async def wait_all(self) -> None:
