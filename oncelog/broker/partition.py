@@ -151,7 +151,7 @@ class Partition:
     def maybe_increment_high_watermark(self, offset: int) -> bool:
         """Replication moved the high watermark (a leader: what the ISR holds; a follower:
         the leader's, bounded by its own log end); waiting fetches are woken if it moved."""
-        before = self._offsets()
+        before = self._offsets_if_waited()
         moved = self.log.maybe_increment_high_watermark(offset)
         self._maybe_wake(before)
         return moved
@@ -206,7 +206,7 @@ class Partition:
         log_append_time_ms: int | None = None,
         verification_guard: VerificationGuard = SENTINEL,
     ) -> AppendResult:
-        before = self._offsets()
+        before = self._offsets_if_waited()
         result = self.log.append(
             buf, headers, origin=origin, log_append_time_ms=log_append_time_ms,
             verification_guard=verification_guard,
@@ -219,7 +219,7 @@ class Partition:
     def append_marker(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
     ) -> int:
-        before = self._offsets()
+        before = self._offsets_if_waited()
         offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
         self._maybe_wake(before)
         if self.append_listener is not None:
@@ -228,7 +228,7 @@ class Partition:
 
     def truncate_to(self, offset: int) -> None:
         """A follower cuts its log at ``offset`` (where it diverged from its leader)."""
-        before = self._offsets()
+        before = self._offsets_if_waited()
         self.log.truncate_to(offset)
         self._maybe_wake(before)
 
@@ -284,7 +284,7 @@ class Partition:
     def delete_records_before(self, offset: int) -> int:
         """Move the log start offset up to ``offset`` (DeleteRecords), durably; the new
         log start. Waiting read_committed fetches are woken: the LSO may have moved."""
-        before = self._offsets()
+        before = self._offsets_if_waited()
         start = self.log.delete_records_before(offset)
         self._maybe_wake(before)
         return start
@@ -295,10 +295,21 @@ class Partition:
         log = self.raw_log
         return log.high_watermark, log.last_stable_offset, log.log_end_offset
 
-    def _maybe_wake(self, before: tuple[int, int, int]) -> None:
+    def _offsets_if_waited(self) -> tuple[int, int, int] | None:
+        """The offsets waiting fetches watch, None when no fetch waits (most appends: the
+        three offsets are not free to compute)."""
+        waiters = self._waiters
+        if (waiters[IsolationLevel.READ_UNCOMMITTED] or waiters[IsolationLevel.READ_COMMITTED]
+                or waiters[None]):
+            return self._offsets()
+        return None
+
+    def _maybe_wake(self, before: tuple[int, int, int] | None) -> None:
         """Wake read_uncommitted waiters when the HW moved, read_committed ones only when the
         LSO moved (an append inside an open transaction gives them nothing to read), and
         followers' fetches when the log end moved."""
+        if before is None:
+            return
         high_watermark, stable, log_end = self._offsets()
         if high_watermark != before[0]:
             self._wake(self._waiters[IsolationLevel.READ_UNCOMMITTED])
