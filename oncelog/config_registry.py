@@ -61,8 +61,7 @@ COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 CLEANUP_POLICIES = ("compact", "delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
-COMPACTION = "log compaction is not implemented yet"
-REPLICATION = "oncelog runs a single node: there is no replication yet"
+REPLICATION = "replication is not throttled"
 REMOTE = "tiered (remote) storage is not implemented"
 T, B, INT, L, S, D, LS, PW = (
     ConfigType.STRING, ConfigType.BOOLEAN, ConfigType.INT, ConfigType.LONG,
@@ -170,7 +169,7 @@ _TOPIC_KEYS = [
     _key("segment.ms", L, 604800000, "Roll a new segment when the active one is this old.",
          at_least=1, synonyms=("log.roll.ms", "log.roll.hours")),
     _key("unclean.leader.election.enable", B, False, "Let an out-of-sync replica become "
-         "leader.", synonyms=("unclean.leader.election.enable",), not_yet=REPLICATION),
+         "leader.", synonyms=("unclean.leader.election.enable",)),
 ]
 TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _TOPIC_KEYS}
 
