@@ -5,6 +5,7 @@ client command uses. Each check runs a fresh interpreter as ``as_program()`` pre
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 import oncelog.client
 import oncelog.client.aio
+from oncelog.cli.main import TOOLS, build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,6 +68,36 @@ def test_serve_of_a_single_node_loads_neither_cluster_nor_client_cores() -> None
     modules = loaded_by(SERVE)
     assert "oncelog.broker.api.produce" in modules  # the check sees what serve loads
     assert sorted(modules.intersection(NOT_FOR_A_SINGLE_NODE)) == []
+
+
+# What `oncelog topics list ...` imports before it connects: main() as far as its parser
+# (--help prints, here into a buffer, and exits).
+TOPICS_COMMAND = (
+    "import contextlib, io\n"
+    "import oncelog.cli.main\n"
+    "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+    "    oncelog.cli.main.main(['topics', 'list', '--help'])\n"
+)
+
+
+def test_a_command_loads_its_own_module_only() -> None:
+    modules = loaded_by(TOPICS_COMMAND)
+    assert "oncelog.cli.topics" in modules
+    # Not the other commands' modules (topics reads a broker's metrics with the metrics one).
+    others = {f"oncelog.cli.{name}" for name in TOOLS.values()} - {
+        "oncelog.cli.topics", "oncelog.cli.metrics",
+    }
+    assert sorted(modules & others) == []
+    # Not the consumer's codecs (the console's) nor etcd's client (the users').
+    assert sorted(modules & {"aiokafka", "aetcd"}) == []
+
+
+def test_tools_names_every_command_the_whole_parser_has() -> None:
+    """``main`` builds one command's parser from TOOLS: a command missing there would
+    still parse through the whole parser, then find no module to run it."""
+    sub = next(action for action in build_parser()._actions
+               if isinstance(action, argparse._SubParsersAction))
+    assert set(sub.choices) == {"serve", *TOOLS}
 
 
 def test_the_client_errors_alone_leave_the_client_unloaded() -> None:
