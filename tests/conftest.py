@@ -142,8 +142,12 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
 
 @pytest.fixture(scope="session")
 def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker for the session: tests must use their own topics (``unique_topic()``)."""
-    broker = BrokerProcess(tmp_path_factory.mktemp("shared-broker") / "data")
+    """One broker for the session: tests must use their own topics (``unique_topic()``).
+    A group's first member starts at once (group.initial.rebalance.delay.ms=0, as the
+    reference Kafka runs in tests/support/kafka.py and Kafka's own test harnesses), not 3 s
+    later: the delay is the unit tests' subject (tests/unit/coordinator), not these tests'."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("shared-broker") / "data",
+                           configs={"group.initial.rebalance.delay.ms": 0})
     try:
         broker.start()
         yield broker

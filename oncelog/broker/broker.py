@@ -31,19 +31,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncelog.broker import api
-from oncelog.broker.cluster.acls import ClusterAclStore
-from oncelog.broker.cluster.coordinator_roles import (
-    GroupCoordinatorRoles,
-    TxnCoordinatorRoles,
-)
-from oncelog.broker.cluster.credentials import ClusterCredentialStore
-from oncelog.broker.cluster.elections import ClusterElections
-from oncelog.broker.cluster.markers import MARKER_REQUEST_TIMEOUT_MS, ClusterMarkerWriter
-from oncelog.broker.cluster.member import ClusterMember, cluster_mode
-from oncelog.broker.cluster.peers import PeerConnections
-from oncelog.broker.cluster.txn_verifier import RemoteTxnVerifier
+from oncelog.broker.cluster import cluster_mode
 from oncelog.broker.cluster_view import BrokerEndpoint, ClusterView, LocalClusterView
 from oncelog.broker.context import BrokerContext, NodeIdentity
 from oncelog.broker.datadir import DataDirLock, load_meta
@@ -64,8 +55,18 @@ from oncelog.coordinator.transaction.coordinator import TransactionCoordinator
 from oncelog.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, internal_topic_specs
 from oncelog.security.acl import AclAuthorizer, parse_super_users
 from oncelog.security.acl_store import AclStore, FileAclStore
-from oncelog.security.credentials import FileCredentialStore
-from oncelog.ui.server import Console, bind_console, serve_console
+from oncelog.security.credentials import CredentialStore, FileCredentialStore
+
+# The cluster's machinery (etcd's client, replication, the controller, peer connections)
+# and the transactions console (an admin client) are imported where a broker in cluster
+# mode, or with --ui, builds them: a single node starts without loading them.
+if TYPE_CHECKING:
+    from oncelog.broker.cluster.elections import ClusterElections
+    from oncelog.broker.cluster.member import ClusterMember
+    from oncelog.broker.cluster.peers import PeerConnections
+    from oncelog.broker.cluster.txn_verifier import RemoteTxnVerifier
+    from oncelog.coordinator.transaction.coordinator import MarkerWriter
+    from oncelog.ui.server import Console
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,11 @@ class Broker:
         self.transactions: TransactionCoordinator
         self.producer_ids: ProducerIdSource
         # Cluster mode (metadata.etcd.endpoints set); None: the single node.
-        self.member = (ClusterMember(config, self.partitions, clock=self.clock)
-                       if cluster_mode(config) else None)
+        self.member: ClusterMember | None = None
+        if cluster_mode(config):
+            from oncelog.broker.cluster.member import ClusterMember
+
+            self.member = ClusterMember(config, self.partitions, clock=self.clock)
         self.services: BrokerContext | None = None  # built once storage is loaded
         self.server = Server(config, listeners=self.listeners.listeners)
         self._lock = DataDirLock(data_dir)
@@ -157,15 +161,17 @@ class Broker:
         else:  # each partition loads when this broker comes to lead it
             self.groups.start_partitioned()
         local_markers = LocalMarkerWriter(self.partitions, self.groups, replication)
+        markers: MarkerWriter = local_markers
+        if self.member is not None:
+            from oncelog.broker.cluster.markers import ClusterMarkerWriter
+
+            markers = ClusterMarkerWriter(self.member.view, local_markers, peers=self._peers())
         self.transactions = TransactionCoordinator(
             self.config,
             InternalTopicStore(self.partitions, TRANSACTION_STATE_TOPIC, self.clock,
                                replication),
             self.producer_ids,  # the one source of producer ids, idempotent ones included
-            local_markers if self.member is None
-            else ClusterMarkerWriter(self.member.view, local_markers, peers=PeerConnections(
-                self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
-                                self.peer_sasl)),
+            markers,
             self.clock,
         )
         if self.member is None:
@@ -178,6 +184,20 @@ class Broker:
             self.node_id, self.cluster_id, self.advertised_host, self.advertised_port
         )
         acls, authorizer = self._build_authorizer()
+        credentials: CredentialStore
+        txn_verifier: RemoteTxnVerifier | None = None
+        elections: ClusterElections | None = None
+        if self.member is None:
+            credentials = FileCredentialStore(self.data_dir)
+        else:
+            from oncelog.broker.cluster.credentials import ClusterCredentialStore
+            from oncelog.broker.cluster.elections import ClusterElections
+            from oncelog.broker.cluster.txn_verifier import RemoteTxnVerifier
+
+            credentials = ClusterCredentialStore(self.member.store)
+            txn_verifier = RemoteTxnVerifier(self._peers())
+            elections = ClusterElections(self.member.controller, self.member.cache,
+                                         self._peers())
         self.services = BrokerContext(
             config=self.config,
             clock=self.clock,
@@ -189,26 +209,34 @@ class Broker:
             cluster=self._cluster_view(node),
             replication=None if self.member is None else self.member.replication.manager,
             cleaner=self.cleaner,
-            credentials=FileCredentialStore(self.data_dir) if self.member is None
-            else ClusterCredentialStore(self.member.store),
+            credentials=credentials,
             authorizer=authorizer,
             acls=acls,
-            txn_verifier=None if self.member is None else RemoteTxnVerifier(
-                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
-                                self.peer_sasl)),
-            elections=None if self.member is None else ClusterElections(
-                self.member.controller, self.member.cache,
-                PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
-                                self.peer_sasl)),
+            txn_verifier=txn_verifier,
+            elections=elections,
         )
+
+    def _peers(self) -> PeerConnections:
+        """Cluster mode: a new set of connections to the other brokers."""
+        from oncelog.broker.cluster.markers import MARKER_REQUEST_TIMEOUT_MS
+        from oncelog.broker.cluster.peers import PeerConnections
+
+        assert self.member is not None
+        return PeerConnections(self.member.view, MARKER_REQUEST_TIMEOUT_MS, self.peer_tls,
+                               self.peer_sasl)
 
     def _build_authorizer(self) -> tuple[AclStore | None, AclAuthorizer | None]:
         """``authorizer.class.name`` set: the ACL store (a file here, the metadata store in
         a cluster) and the authorizer deciding from it; else neither (all allowed)."""
         if not self.config["authorizer.class.name"]:
             return None, None
-        store: AclStore = (FileAclStore(self.data_dir) if self.member is None
-                           else ClusterAclStore(self.member.store, self.member.cache))
+        store: AclStore
+        if self.member is None:
+            store = FileAclStore(self.data_dir)
+        else:
+            from oncelog.broker.cluster.acls import ClusterAclStore
+
+            store = ClusterAclStore(self.member.store, self.member.cache)
         super_users = parse_super_users(self.config["super.users"])
         everyone = bool(self.config["allow.everyone.if.no.acl.found"])
         log.info("authorizer %s: %d super users, allow.everyone.if.no.acl.found=%s",
@@ -227,6 +255,11 @@ class Broker:
         """Cluster mode: each coordinator follows the leadership of its internal topic
         (``CoordinatorRoles``): it loads a partition when this broker comes to lead it (at
         the leader epoch) and unloads one it stops leading."""
+        from oncelog.broker.cluster.coordinator_roles import (
+            GroupCoordinatorRoles,
+            TxnCoordinatorRoles,
+        )
+
         assert self.member is not None
         for follower in (TxnCoordinatorRoles(self.member.roles, self.transactions),
                          GroupCoordinatorRoles(self.member.roles, self.groups)):
@@ -263,6 +296,8 @@ class Broker:
         """Bind the transactions console (oncelog.ui), a Kafka client of our own listener."""
         if self.ui_listen is None:
             return None
+        from oncelog.ui.server import Console, bind_console
+
         host = self.listen_host if self.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         console = Console(f"{host}:{self.server.port}",
                           max_timeout_ms=int(self.config["transaction.max.timeout.ms"]))
@@ -318,6 +353,8 @@ class Broker:
                 if metrics_server is not None:
                     tasks.create_task(serve_metrics(metrics_server), name="metrics")
                 if console is not None:
+                    from oncelog.ui.server import serve_console
+
                     tasks.create_task(serve_console(*console), name="console")
                 if on_ready is not None:
                     on_ready(self.listen_host, self.server.port)

@@ -33,11 +33,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.api import SUPPORTED
 from oncelog.broker.listeners import enabled_mechanisms, inter_broker_protocol
-from oncelog.client.sasl import SaslCredentials
 from oncelog.config import BrokerConfig, ConfigError
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.build import make, response_module
@@ -63,6 +62,9 @@ from oncelog.security.sasl import (
 )
 from oncelog.security.sasl_plain import PlainServer, parse_jaas_config, plain_users_verifier
 from oncelog.security.scram import ScramServer
+
+if TYPE_CHECKING:  # the client's SASL login: only a broker of a cluster logs in to its peers
+    from oncelog.client.sasl import SaslCredentials
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,8 @@ def inter_broker_client_sasl(config: BrokerConfig) -> SaslCredentials | None:
     if "username" not in options or "password" not in options:
         raise ConfigError(f"{name} must give username and password: this broker's login on "
                           f"the inter-broker listener {listener}")
+    from oncelog.client.sasl import SaslCredentials
+
     return SaslCredentials(mechanism, options["username"], options["password"])
 
 

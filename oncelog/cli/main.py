@@ -16,6 +16,7 @@ if __name__ == "__main__":  # `python -m oncelog.cli.main`, how the harness star
 import argparse
 import asyncio
 import gc
+import importlib
 import logging
 import signal
 from collections.abc import Callable
@@ -57,9 +58,22 @@ def _log_level(text: str) -> str:
     return name
 
 
-def build_parser(*, serve_only: bool = False) -> argparse.ArgumentParser:
-    """The whole command line; with ``serve_only`` just ``serve``'s (what ``main`` builds for
-    ``oncelog serve ...``, so a broker starts without importing the other commands)."""
+# The talk-to-a-broker commands by name, and the module of oncelog.cli that adds and runs
+# each (console adds produce and consume). A command's module is imported only when the
+# command line is built for it, so that `serve` starts without them and a command without
+# the others (the console's consumer, the users' etcd client).
+TOOLS = {
+    "topics": "topics", "cluster": "cluster", "dev-cluster": "devcluster",
+    "records": "records", "configs": "configs", "txn": "txn", "metrics": "metrics",
+    "produce": "console", "offsets": "offsets", "groups": "groups", "dump-log": "dumplog",
+    "ui": "ui", "consume": "console", "users": "users", "verify": "verify", "acls": "acls",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command`` ("serve" or one of ``TOOLS``) just that
+    command's (what ``main`` builds for ``oncelog COMMAND ...``, so a command imports only
+    its own module)."""
     parser = OncelogParser(
         prog="oncelog",
         description="oncelog: a Kafka-compatible streaming log built for exactly-once. "
@@ -109,40 +123,16 @@ def build_parser(*, serve_only: bool = False) -> argparse.ArgumentParser:
         "--ui", type=_host_port, default=None, metavar="HOST:PORT",
         help="serve the transactions console at http://HOST:PORT/ (default: off)",
     )
-    if serve_only:
+    if command == "serve":
         return parser
-    for tool in dict.fromkeys(_tools().values()):  # console adds produce and consume
-        tool.add_parser(sub)
+    modules = [TOOLS[command]] if command is not None else dict.fromkeys(TOOLS.values())
+    for module in modules:
+        _tool_module(module).add_parser(sub)
     return parser
 
 
-def _tools() -> dict[str, ModuleType]:
-    """The talk-to-a-broker commands by name, and the module that adds and runs each
-    (imported only when the command line is built for them, so `serve` starts without
-    them)."""
-    from oncelog.cli import (
-        acls,
-        cluster,
-        configs,
-        console,
-        devcluster,
-        dumplog,
-        groups,
-        metrics,
-        offsets,
-        records,
-        topics,
-        txn,
-        ui,
-        users,
-        verify,
-    )
-
-    return {"topics": topics, "cluster": cluster, "dev-cluster": devcluster,
-            "records": records, "configs": configs, "txn": txn,
-            "metrics": metrics, "produce": console, "offsets": offsets, "groups": groups,
-            "dump-log": dumplog, "ui": ui, "consume": console, "users": users,
-            "verify": verify, "acls": acls}
+def _tool_module(name: str) -> ModuleType:
+    return importlib.import_module(f"oncelog.cli.{name}")
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -239,11 +229,13 @@ def _first_os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
 
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
-    args = build_parser(serve_only=words[:1] == ["serve"]).parse_args(words)
+    # A known command's parser alone; anything else (--help, a typo) gets the whole one.
+    command = words[0] if words and (words[0] == "serve" or words[0] in TOOLS) else None
+    args = build_parser(command).parse_args(words)
     with exit_quietly_on_broken_pipe():
         if args.command == "serve":
             return serve(args)
-        run: Callable[[argparse.Namespace], int] = _tools()[args.command].run
+        run: Callable[[argparse.Namespace], int] = _tool_module(TOOLS[args.command]).run
         return run(args)
     return BROKEN_PIPE_EXIT
 

@@ -38,6 +38,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from oncelog.broker.cluster import cluster_mode
 from oncelog.broker.cluster.controller import Controller, ControllerSettings
 from oncelog.broker.cluster.metadata_cache import MetadataCache
 from oncelog.broker.cluster.producer_ids import ClusterProducerIdManager
@@ -57,11 +58,6 @@ __all__ = ["ClusterMember", "cluster_mode"]
 log = logging.getLogger(__name__)
 
 _NOBODY = BrokerRegistration(-1, "", 0)
-
-
-def cluster_mode(config: BrokerConfig) -> bool:
-    """Whether the broker runs in a cluster (``metadata.etcd.endpoints`` set)."""
-    return bool(config["metadata.etcd.endpoints"])
 
 
 class ClusterMember:

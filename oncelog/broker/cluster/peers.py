@@ -15,12 +15,17 @@ import asyncio
 import ssl
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from oncelog.broker.cluster.view import EtcdClusterView
 from oncelog.broker.markers import broker_client_id
-from oncelog.client.aio.connection import BrokerConnection
 from oncelog.client.errors import CONNECTION_FAILURES
-from oncelog.client.sasl import SaslCredentials
+
+# A single node imports this module (request handlers name PEER_REQUEST_FAILURES) but never
+# connects to a peer: the connection and the cluster view are imported where they are used.
+if TYPE_CHECKING:
+    from oncelog.broker.cluster.view import EtcdClusterView
+    from oncelog.client.aio.connection import BrokerConnection
+    from oncelog.client.sasl import SaslCredentials
 
 __all__ = ["PeerConnections", "indexes_by_topic"]
 
@@ -59,6 +64,8 @@ class PeerConnections:
             return conn
         if conn is not None:
             await conn.close("reconnecting")
+        from oncelog.client.aio.connection import BrokerConnection
+
         conn = BrokerConnection(endpoint.host, endpoint.port, node_id=node_id,
                                 client_id=broker_client_id(self.view.node_id),
                                 request_timeout_ms=self.request_timeout_ms, tls=self.tls,
