@@ -42,6 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.proc_cpu import cpu_times  # noqa: E402
+
 CLIENTS = ("oncelog", "confluent-kafka", "kafka-python")
 LABELS = {
     "oncelog": "oncelog.client",
@@ -237,13 +239,8 @@ def worker_main(text: str) -> None:
 
 def process_cpu_seconds(pid: int | None) -> float | None:
     """User + system CPU time of a process from /proc (None where there is no /proc)."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    times = cpu_times(pid)
+    return None if times is None else times.own
 
 
 # ---------------------------------------------------------------------- driver

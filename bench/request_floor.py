@@ -15,7 +15,6 @@ path does; broker CPU (user and system apart) from /proc over those requests.
 from __future__ import annotations
 
 import io
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.serial import entity_writer
 
 from bench import brokers
+from bench.proc_cpu import cpu_times
 from oncelog.harness.rawkafka import RawConnection
 
 METADATA = 3
@@ -31,18 +31,14 @@ VERSION = 12
 WARM_UP = 2_000
 
 
-def _cpu_ticks(pid: int) -> tuple[int, int]:
-    """(user, system) clock ticks of ``pid`` so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]), int(fields[12])
-
-
-def _summed(running: brokers.Running) -> tuple[int, int]:
-    user = system = 0
+def _summed(running: brokers.Running) -> tuple[float, float]:
+    """(user, system) CPU seconds so far, summed over the broker processes."""
+    user = system = 0.0
     for server in running.servers:
-        assert server.pid is not None
-        u, s = _cpu_ticks(server.pid)
-        user, system = user + u, system + s
+        times = cpu_times(server.pid)
+        if times is None:
+            raise RuntimeError(f"{running.name}: no CPU times for pid {server.pid}")
+        user, system = user + times.user, system + times.system
     return user, system
 
 
@@ -70,9 +66,8 @@ def measure(running: brokers.Running, requests: int) -> dict[str, Any]:
         after, elapsed = _summed(running), time.perf_counter() - started
     finally:
         conn.close()
-    tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
-    user = (after[0] - before[0]) * tick_us / requests
-    system = (after[1] - before[1]) * tick_us / requests
+    user = (after[0] - before[0]) * 1e6 / requests
+    system = (after[1] - before[1]) * 1e6 / requests
     return {"requests": requests, "cpu_us": user + system, "user_us": user,
             "system_us": system, "per_s": requests / elapsed}
 

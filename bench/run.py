@@ -40,6 +40,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import brokers, machine, profiles, request_floor  # noqa: E402
+from bench.proc_cpu import cpu_times  # noqa: E402
 from bench.report import problems, rate, results_table, targets_table  # noqa: E402
 from bench.scenarios import SCENARIOS, Scenario, select  # noqa: E402
 from bench.txn_stats import merge_txn_rates, without_samples  # noqa: E402
@@ -108,15 +109,8 @@ def run_workers(jobs: list[dict[str, Any]], log_path: Path) -> list[Result]:
 def cpu_seconds(pid: int | None) -> float | None:
     """User + system CPU seconds the process (and its reaped children) used so far, from
     /proc; None when it cannot be read. Stable on a noisy machine, unlike wall-clock rates."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    # After the ")": state is field 3; utime, stime, cutime, cstime are fields 14-17.
-    ticks = sum(int(v) for v in fields[11:15])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    times = cpu_times(pid)
+    return None if times is None else times.with_children
 
 
 def cpu_snapshot(running: brokers.Running) -> dict[str, float] | None:

@@ -26,22 +26,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.proc_cpu import cpu_times
 from oncelog.verify.history import ANOMALY_KINDS, NOT_FAILURES
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "RESULTS.md"
 SECTION = "## Verify (issue 15): the exactly-once workload under faults"
 RUNS = ("single", "cluster", "kafka", "tansu")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of a live process (None when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    times = cpu_times(pid)
+    return None if times is None else times.own
 
 
 def broker_pids(marker: str) -> list[int]:
