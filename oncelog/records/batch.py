@@ -27,7 +27,8 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_TIMESTAMP = -1
 
-_HEADER = HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")  # the fields in order
+HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")  # the header's fields, in order
+CRC_STRUCT = struct.Struct(">I")  # the CRC at CRC_OFFSET
 
 
 class Compression(IntEnum):
@@ -108,7 +109,7 @@ class BatchHeader(NamedTuple):
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the fixed 61-byte header at ``pos``; the caller checks there are enough bytes."""
-    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+    return BatchHeader(*HEADER_STRUCT.unpack_from(buf, pos))
 
 
 def peek_magic(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
@@ -116,7 +117,7 @@ def peek_magic(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
 
 
 def pack_header(header: BatchHeader) -> bytes:
-    return _HEADER.pack(
+    return HEADER_STRUCT.pack(
         header.base_offset,
         header.batch_length,
         header.partition_leader_epoch,

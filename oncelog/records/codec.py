@@ -14,7 +14,6 @@ A length of -1 means null. Decoding errors are ``KafkaError(CORRUPT_MESSAGE)``.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar, overload
@@ -28,6 +27,7 @@ from oncelog.records.batch import (
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     CRC_OFFSET,
+    CRC_STRUCT,
     HEADER_SIZE,
     HEADER_STRUCT,
     LOG_OVERHEAD,
@@ -79,7 +79,6 @@ __all__ = [
 
 Buffer = bytes | bytearray | memoryview
 T = TypeVar("T")
-_CRC = struct.Struct(">I")
 Headers = tuple[tuple[str, bytes | None], ...]
 
 # --------------------------------------------------------------------------- records
@@ -214,7 +213,7 @@ def seal_in_place(
         attributes, record_count - 1, base_timestamp, max_timestamp, producer_id,
         producer_epoch, base_sequence, record_count,
     )  # fmt: skip
-    _CRC.pack_into(buf, CRC_OFFSET, batch_crc(buf, 0, len(buf)))
+    CRC_STRUCT.pack_into(buf, CRC_OFFSET, batch_crc(buf, 0, len(buf)))
 
 
 def encode_batch(
@@ -267,7 +266,7 @@ def _seal(header: BatchHeader, payload: bytes) -> bytes:
     """The batch: ``header`` (its CRC computed here) followed by ``payload``."""
     out = bytearray(pack_header(header))
     out += payload
-    _CRC.pack_into(out, CRC_OFFSET, batch_crc(out, 0, len(out)))
+    CRC_STRUCT.pack_into(out, CRC_OFFSET, batch_crc(out, 0, len(out)))
     return bytes(out)
 
 

@@ -51,7 +51,9 @@ from oncelog.records.batch import (
     ATTR_TRANSACTIONAL,
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
+    CRC_STRUCT,
     HEADER_SIZE,
+    HEADER_STRUCT,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     BatchHeader,
@@ -64,10 +66,8 @@ Buffer = bytes | bytearray | memoryview
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49: a batch header with no records
 _HEADER_UP_TO_MAGIC = MAGIC_OFFSET + 1
 _MAX_CODEC = 4
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp (bytes 21..43)
 _ATTRS_AND_MAX_TS = struct.Struct(">hiqq")
-_CRC = struct.Struct(">I")
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
 _LEADER_EPOCH_OFFSET = 12
@@ -103,7 +103,7 @@ def validate_batches(
 
 def _validate(view: memoryview, max_batch_bytes: int, allow_control: bool) -> list[BatchHeader]:
     end = len(view)
-    unpack_from = _HEADER.unpack_from
+    unpack_from = HEADER_STRUCT.unpack_from
     headers: list[BatchHeader] = []
     pos = 0
     while pos < end:
@@ -205,7 +205,7 @@ def assign_offsets(
                 max_timestamp,
             )
             crc = batch_crc(buf, pos, size)
-            _CRC.pack_into(buf, pos + CRC_OFFSET, crc)
+            CRC_STRUCT.pack_into(buf, pos + CRC_OFFSET, crc)
         out.append(
             BatchHeader(
                 offset,

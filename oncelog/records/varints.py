@@ -115,13 +115,13 @@ def decode_varlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
     return (z >> 1) ^ -(z & 1), pos
 
 
-_SMALL = ZIGZAG_TABLE_SIZE = 1 << 14
+ZIGZAG_TABLE_SIZE = 1 << 14
 # zigzag(i) for the small non-negative values records are made of (lengths, deltas)
-_ZIGZAG_SMALL = ZIGZAG_TABLE = tuple(encode_uvarlong(i << 1) for i in range(_SMALL))
+ZIGZAG_TABLE = tuple(encode_uvarlong(i << 1) for i in range(ZIGZAG_TABLE_SIZE))
 
 
 def zigzag(value: int) -> bytes:
     """``encode_varlong(value)``, from a table for small non-negative values."""
-    if 0 <= value < _SMALL:
-        return _ZIGZAG_SMALL[value]
+    if 0 <= value < ZIGZAG_TABLE_SIZE:
+        return ZIGZAG_TABLE[value]
     return encode_varlong(value)

@@ -29,10 +29,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from oncelog.records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+from oncelog.records.batch import HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD, BatchHeader
 from oncelog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from oncelog.storage.segment_scan import (
-    HEADER,
     INT32_MAX,
     CorruptSegmentError,
     RecoveryOutcome,
@@ -500,7 +499,7 @@ class LogSegment:
         data = os.pread(self.fd, HEADER_SIZE, position)
         if len(data) < HEADER_SIZE:
             raise CorruptSegmentError(f"segment {self.base_offset}: short header at {position}")
-        return BatchHeader(*HEADER.unpack(data))
+        return BatchHeader(*HEADER_STRUCT.unpack(data))
 
     def __repr__(self) -> str:
         return (

@@ -13,12 +13,17 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from oncelog.records.batch import ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+from oncelog.records.batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    BatchHeader,
+)
 from oncelog.records.validate import MIN_BATCH_LENGTH
 from oncelog.storage.index import OffsetIndex, TimeIndex
 
 __all__ = [
-    "HEADER",
     "INT32_MAX",
     "CorruptSegmentError",
     "RecoveryOutcome",
@@ -34,7 +39,6 @@ INT32_MAX = 2**31 - 1
 # lastOffsetDelta, baseTimestamp, maxTimestamp -- all a header walk needs.
 _PREFIX = struct.Struct(">qiibIhiqq")
 _PREFIX_SIZE = _PREFIX.size
-HEADER = struct.Struct(">qiibIhiqqqhii")
 _RECOVERY_CHUNK = 1 << 20
 
 
@@ -103,7 +107,7 @@ def walk_headers(
     fd: int, base_offset: int, start: int, end: int, chunk: int
 ) -> Iterator[BatchHeader]:
     """Full headers of the batches from byte ``start`` (a batch boundary) to ``end``."""
-    unpack_from = HEADER.unpack_from
+    unpack_from = HEADER_STRUCT.unpack_from
     pos = start
     while end - pos >= HEADER_SIZE:
         data = os.pread(fd, min(chunk, end - pos), pos)
@@ -137,7 +141,7 @@ def scan_for_recovery(
     file_size = os.fstat(fd).st_size
     offset_index.reset()
     time_index.reset()
-    unpack_from = HEADER.unpack_from
+    unpack_from = HEADER_STRUCT.unpack_from
     expected = base_offset
     max_ts = -1
     max_ts_offset = -1

@@ -95,6 +95,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
+
 def _until_damage(log: LogStore, start: int, what: str) -> Iterator[BatchHeader]:
     """``log.batch_headers(start)`` up to a damaged one. Segments below the recovery point
     are trusted without a CRC scan (as in Kafka: after a clean shutdown, every segment), so
