@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from oncelog.broker.cluster.replica_manager import ReplicaManager
 
 READ_CHUNK = 4 * 1024 * 1024
-NO_LIMIT = 2**31 - 1
 
 
 class InternalTopicStore:

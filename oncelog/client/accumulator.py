@@ -134,7 +134,7 @@ class RecordAccumulator:
         if (
             batch is None
             or batch.closed
-            or batch.base_sequence >= 0  # sent once already
+            or batch.has_sequence  # sent once already
             or (batch.size + size > self.batch_size and batch.record_count)
         ):
             if batch is not None:

@@ -197,7 +197,7 @@ class AIOProducer:
             self.check_send()
         key_b = key if key is None or type(key) is bytes else _to_bytes(key)
         value_b = value if value is None or type(value) is bytes else _to_bytes(value)
-        num_partitions = len(info.leaders)
+        num_partitions = info.num_partitions
         if partition is None:
             partition = 0
             if num_partitions != 1:  # (one partition: no partitioner work per record)
