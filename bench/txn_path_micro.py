@@ -21,18 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import io
 import shutil
-import struct
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-
 from oncelog.broker.broker import Broker
+from oncelog.client.wire import decode_response, encode_request
 from oncelog.config import BrokerConfig
 from oncelog.protocol.build import make, request_module
 from oncelog.records.codec import RecordInput, encode_batch
@@ -44,27 +40,19 @@ TOPIC = "micro"
 
 
 class Wire:
-    """Request frames as a client encodes them, response bodies as a client reads them."""
+    """Request frames as oncelog.client encodes them (without the size prefix the server's
+    reader strips), response bodies as it reads them."""
 
     def __init__(self) -> None:
         self.correlation = 0
 
     def frame(self, api_key: int, body: Any) -> bytes:
-        version = VERSIONS[api_key]
-        schema = load_request_schema(api_key, version)
         self.correlation += 1
-        out = io.BytesIO()
-        out.write(struct.pack(">hhih", api_key, version, self.correlation, 5) + b"micro")
-        if schema.__flexible__:
-            out.write(b"\0")
-        entity_writer(schema)(out, body)
-        return out.getvalue()
+        return encode_request(self.correlation, "micro", body)[4:]
 
     @staticmethod
     def answer(api_key: int, frame: bytes) -> Any:
-        schema = load_response_schema(api_key, VERSIONS[api_key])
-        start = 4 + (1 if schema.__flexible__ else 0)  # correlation id, tags
-        return entity_reader(schema)(frame, start)[0]
+        return decode_response(api_key, VERSIONS[api_key], frame)
 
 
 class Producer:
