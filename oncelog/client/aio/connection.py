@@ -235,12 +235,7 @@ class BrokerConnection:
                 if due is not None and time.monotonic() >= due and not self._closed:
                     self._reauthenticate_at = None
                     await self._authenticate()
-        correlation_id = next(self._correlation)
-        frame = encode_request(correlation_id, self.client_id, body)
-        future: asyncio.Future[Any] | None = None
-        if expect_response:
-            future = asyncio.get_running_loop().create_future()
-            self._pending[correlation_id] = (int(body.__api_key__), int(body.__version__), future)
+        correlation_id, frame, future = self._framed(body, expect_response)
         try:
             self._writer.write(frame)
             await self._writer.drain()
@@ -268,21 +263,31 @@ class BrokerConnection:
         due = self._reauthenticate_at
         if due is not None and time.monotonic() >= due:
             return None
-        correlation_id = next(self._correlation)
-        frame = encode_request(correlation_id, self.client_id, body)
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._pending[correlation_id] = (int(body.__api_key__), int(body.__version__), future)
+        correlation_id, frame, future = self._framed(body, expect_response=True)
+        assert future is not None
         try:
             self._writer.write(frame)
         except (OSError, RuntimeError):
             del self._pending[correlation_id]
             return None
-        timer = loop.call_later(
+        timer = asyncio.get_running_loop().call_later(
             self.request_timeout_ms / 1000, self._timed_out, correlation_id, int(body.__api_key__)
         )
         future.add_done_callback(lambda _: timer.cancel())
         return future
+
+    def _framed(
+        self, body: Any, expect_response: bool
+    ) -> tuple[int, bytes, asyncio.Future[Any] | None]:
+        """The request's correlation id and frame, and the future its response settles
+        (registered as pending; None without a response)."""
+        correlation_id = next(self._correlation)
+        frame = encode_request(correlation_id, self.client_id, body)
+        future: asyncio.Future[Any] | None = None
+        if expect_response:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[correlation_id] = (int(body.__api_key__), int(body.__version__), future)
+        return correlation_id, frame, future
 
     def _timed_out(self, correlation_id: int, api_key: int) -> None:
         entry = self._pending.pop(correlation_id, None)
