@@ -19,7 +19,11 @@ Two more hooks make failures that are hard to cause from outside:
 ``ONCELOG_FAIL_API=key[,key...]`` makes the handler of those API keys raise RuntimeError
 (the server must still answer), and ``ONCELOG_IO_ERROR_AT=op:topic-partition[,...]`` makes
 that partition's log operation (``append``, ``read``, ``flush``, ...) raise OSError(EIO), as
-a failing disk would.
+a failing disk would. ``ONCELOG_METADATA_DELAY_MS=N`` makes the broker apply each watched
+metadata change N ms late, as a lagging watch would (other brokers act on a leadership
+before this one knows it has it). ``ONCELOG_PAUSE_AT=point[,...]`` makes the broker stop
+itself with SIGSTOP the first time it passes the point, as ``kill -STOP`` from outside would
+at that exact step (``broker.registered``: right after its registration is written).
 """
 
 from __future__ import annotations
@@ -42,7 +46,21 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+PAUSE_POINTS = set(p for p in os.environ.get("ONCELOG_PAUSE_AT", "").split(",") if p)
+
+
+def pause_point(name: str) -> None:
+    """SIGSTOP this process the first time it reaches ``name`` (if asked to)."""
+    if name in PAUSE_POINTS:
+        PAUSE_POINTS.discard(name)
+        log.critical("pause point %s reached: stopping this process (SIGSTOP)", name)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 FAIL_APIS = frozenset(int(k) for k in os.environ.get("ONCELOG_FAIL_API", "").split(",") if k)
+METADATA_DELAY_MS = int(os.environ.get("ONCELOG_METADATA_DELAY_MS", "0") or 0)
 IO_ERRORS = frozenset(p for p in os.environ.get("ONCELOG_IO_ERROR_AT", "").split(",") if p)
 
 

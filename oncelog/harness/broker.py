@@ -122,9 +122,9 @@ class BrokerProcess(ServerProcess):
         self.ready_host = match.group("host")
         self.ready_port = int(match.group("port"))
 
-    def start(self) -> BrokerProcess:
+    def start(self, *, wait_ready: bool = True) -> BrokerProcess:
         try:
-            return super().start()
+            return super().start(wait_ready=wait_ready)
         except ServerStartError as exc:
             # The free port was taken between choosing it and the broker binding it.
             if not (exc.address_in_use and self._auto_port and self.starts == 1):

@@ -102,8 +102,9 @@ class ServerProcess:
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self) -> Self:
-        """Start the process and block until it is ready; ``ServerStartError`` otherwise."""
+    def start(self, *, wait_ready: bool = True) -> Self:
+        """Start the process and block until it is ready (``wait_ready``, the default);
+        ``ServerStartError`` otherwise."""
         if self.is_running:
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         argv = self.argv()
@@ -126,7 +127,8 @@ class ServerProcess:
             )
         _LIVE.add(self)
         logger.info("started %s pid=%d: %s", self.name, self._proc.pid, " ".join(argv))
-        self._wait_ready()
+        if wait_ready:
+            self._wait_ready()
         return self
 
     def _wait_ready(self) -> None:

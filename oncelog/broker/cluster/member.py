@@ -52,6 +52,7 @@ from oncelog.cluster.metadata import BrokerRegistration, MetadataImage, Metadata
 from oncelog.cluster.metadata_store import EtcdMetadataStore
 from oncelog.config import BrokerConfig
 from oncelog.errors import KafkaError
+from oncelog.faults import pause_point
 
 __all__ = ["ClusterMember", "cluster_mode"]
 
@@ -108,6 +109,7 @@ class ClusterMember:
         self.registration = dataclasses.replace(registration, epoch=epoch)
         log.info("broker %d registered at %s:%d, broker epoch %d", self.node_id, host, port,
                  epoch)
+        pause_point("broker.registered")
         image = await self.cache.load()
         self.replication.load(image)
         self.roles.reconcile(image)

@@ -30,6 +30,7 @@ from oncelog.cluster.metadata import (
     MetadataStore,
     MetadataStoreError,
 )
+from oncelog.faults import METADATA_DELAY_MS
 
 __all__ = ["MetadataCache", "MetadataListener"]
 
@@ -70,6 +71,8 @@ class MetadataCache:
         while True:
             try:
                 async for event in self.store.watch(self.image.revision):
+                    if METADATA_DELAY_MS:
+                        await asyncio.sleep(METADATA_DELAY_MS / 1000)
                     self._apply(event)
                 logger.info("metadata watch ended at revision %d (store closed)",
                             self.image.revision)
