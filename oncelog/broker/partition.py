@@ -232,6 +232,13 @@ class Partition:
         self.log.truncate_to(offset)
         self._maybe_wake(before)
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """A follower behind its leader's log start empties its log and starts at
+        ``offset``."""
+        before = self._offsets_if_waited()
+        self.log.truncate_fully_and_start_at(offset)
+        self._maybe_wake(before)
+
     # -- reads ----------------------------------------------------------------------------
     def read(
         self,

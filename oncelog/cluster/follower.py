@@ -26,12 +26,17 @@ The fetch state of one partition is a small state machine whose transitions are 
 
     (become follower) ─► TRUNCATING ──truncated──► FETCHING ──fetched / offset reset──► FETCHING
     TRUNCATING ──truncated partially (ask again)──► TRUNCATING
-    TRUNCATING / FETCHING ──leader answered FENCED_LEADER_EPOCH──► FENCED
+    TRUNCATING / FETCHING ──the leader refused (retriable)──► the same phase, after a backoff
     TRUNCATING / FETCHING ──storage error──► FAILED
     any ──newer leader epoch──► TRUNCATING
 
-FENCED and FAILED wait for the metadata to bring a newer leader epoch, as Kafka's fetcher
-removes a fenced or failed partition until the next LeaderAndIsr.
+A refusal by the leader (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+any other error of the partition) keeps the phase and delays the partition until
+``retry_at_ms`` (``replica.fetch.backoff.ms`` later), as Kafka's fetcher delays a partition
+with errors: a new leader that has not applied its leadership yet answers the next try, and
+a follower whose epoch is stale gets the newer one from the metadata meanwhile. A follower
+never parks a partition waiting for metadata that may never come (its epoch may already be
+the newest). Only FAILED (the local log cannot be written) waits for a newer leader epoch.
 """
 
 from __future__ import annotations
@@ -165,7 +170,6 @@ def offset_out_of_range_reset(replica_end: int, leader_end: int, leader_start: i
 class FetchPhase(enum.Enum):
     TRUNCATING = "truncating"
     FETCHING = "fetching"
-    FENCED = "fenced"
     FAILED = "failed"
 
 
@@ -175,7 +179,7 @@ class FetchEvent(enum.Enum):
     TRUNCATED_PARTIALLY = "truncated partially"
     FETCHED = "fetched"
     OFFSET_RESET = "offset reset"
-    FENCED = "fenced"
+    REFUSED = "refused"
     FAILED = "failed"
 
 
@@ -188,17 +192,16 @@ TRANSITIONS: dict[FetchPhase, dict[FetchEvent, FetchPhase]] = {
         _E.LEADER_CHANGED: _P.TRUNCATING,
         _E.TRUNCATED: _P.FETCHING,
         _E.TRUNCATED_PARTIALLY: _P.TRUNCATING,
-        _E.FENCED: _P.FENCED,
+        _E.REFUSED: _P.TRUNCATING,
         _E.FAILED: _P.FAILED,
     },
     _P.FETCHING: {
         _E.LEADER_CHANGED: _P.TRUNCATING,
         _E.FETCHED: _P.FETCHING,
         _E.OFFSET_RESET: _P.FETCHING,
-        _E.FENCED: _P.FENCED,
+        _E.REFUSED: _P.FETCHING,
         _E.FAILED: _P.FAILED,
     },
-    _P.FENCED: {_E.LEADER_CHANGED: _P.TRUNCATING},
     _P.FAILED: {_E.LEADER_CHANGED: _P.TRUNCATING},
 }
 
@@ -210,13 +213,15 @@ class FetchStateError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class PartitionFetchState:
     """One partition on a follower: the next offset to fetch, the leader epoch it fetches
-    under (sent as CurrentLeaderEpoch) and its phase. Immutable: every event returns the
-    next state."""
+    under (sent as CurrentLeaderEpoch), its phase, and the monotonic time before which it is
+    not asked about again (``retry_at_ms``, after a refusal). Immutable: every event returns
+    the next state."""
 
     partition: str
     fetch_offset: int
     leader_epoch: int
     phase: FetchPhase
+    retry_at_ms: int = 0
 
     @classmethod
     def become_follower(
@@ -238,6 +243,7 @@ class PartitionFetchState:
         *,
         fetch_offset: int | None = None,
         leader_epoch: int | None = None,
+        retry_at_ms: int = 0,
     ) -> PartitionFetchState:
         phase = TRANSITIONS[self.phase].get(event)
         if phase is None:
@@ -249,6 +255,7 @@ class PartitionFetchState:
             phase=phase,
             fetch_offset=self.fetch_offset if fetch_offset is None else fetch_offset,
             leader_epoch=self.leader_epoch if leader_epoch is None else leader_epoch,
+            retry_at_ms=retry_at_ms,
         )
 
     @property
@@ -259,9 +266,13 @@ class PartitionFetchState:
     def is_fetching(self) -> bool:
         return self.phase is FetchPhase.FETCHING
 
+    def is_ready(self, now_ms: int) -> bool:
+        """Truncating or fetching, and not waiting out a refusal's backoff."""
+        return self.phase is not FetchPhase.FAILED and now_ms >= self.retry_at_ms
+
     def on_leader_changed(self, leader_epoch: int, high_watermark: int) -> PartitionFetchState:
         """The metadata names a leader at ``leader_epoch``: a newer epoch starts over with
-        truncation (also out of FENCED and FAILED); the same epoch changes nothing; an older
+        truncation (also out of FAILED); the same epoch changes nothing; an older
         one is a stale update."""
         if leader_epoch == self.leader_epoch:
             return self
@@ -329,11 +340,10 @@ class PartitionFetchState:
         )
         return self._to(_E.OFFSET_RESET, fetch_offset=reset.fetch_offset)
 
-    def on_fenced(self) -> PartitionFetchState:
-        """The leader answered FENCED_LEADER_EPOCH: this follower's leader epoch is old;
-        wait for the metadata to bring the new one."""
-        log.info("%s: fenced at leader epoch %d", self.partition, self.leader_epoch)
-        return self._to(_E.FENCED)
+    def on_refused(self, retry_at_ms: int) -> PartitionFetchState:
+        """The leader refused the request (module docstring): the same phase, asked again
+        at ``retry_at_ms`` with the leader epoch the metadata names by then."""
+        return self._to(_E.REFUSED, retry_at_ms=retry_at_ms)
 
     def on_failed(self) -> PartitionFetchState:
         log.warning("%s: replication failed at offset %d", self.partition, self.fetch_offset)

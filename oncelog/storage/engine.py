@@ -180,6 +180,11 @@ class PartitionEngine(Protocol):
         snapshots above it together, so the engine equals one rebuilt from the shorter log."""
         ...
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the partition and start it again at ``offset`` (a follower whose log ends
+        below its leader's log start): no batch, producer or leader epoch is left."""
+        ...
+
     # -- reads -----------------------------------------------------------------------------
     def read(
         self,

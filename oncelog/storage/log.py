@@ -532,6 +532,15 @@ class PartitionLog:
             "%s: truncated from end offset %d to %d", self._directory, old_end, new_end
         )
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start again, empty, at ``offset`` (Kafka's
+        truncateFullyAndStartAt: a follower behind its leader's log start)."""
+        self._check_open()
+        old = (self._log_start_offset, self._segments[-1].next_offset)
+        self._truncate_fully(offset)
+        logger.info("%s: emptied [%d, %d), starting again at %d", self._directory, *old,
+                    offset)
+
     def _truncate_fully(self, offset: int) -> None:
         for segment in self._segments:
             segment.delete()

@@ -268,18 +268,21 @@ class MemoryLog:
             del self._segment_bases[:count]
         return self._log_start_offset
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._batches.clear()
+        self._bases.clear()
+        self._segment_bases[:] = [offset]
+        self._aborted.clear()
+        self._size = self._active_size = 0
+        self._log_start_offset = self._log_end_offset = offset
+
     def truncate_to(self, offset: int) -> None:
         if offset < 0:
             raise ValueError(f"negative truncation offset {offset}")
         if offset >= self._log_end_offset:
             return
         if not self._batches or offset < self._bases[0]:
-            self._batches.clear()
-            self._bases.clear()
-            self._segment_bases[:] = [offset]
-            self._aborted.clear()
-            self._size = self._active_size = 0
-            self._log_start_offset = self._log_end_offset = offset
+            self.truncate_fully_and_start_at(offset)
             return
         cut = self._index_of(offset)
         new_end = self._batches[cut].header.base_offset if cut < len(self._batches) else offset

@@ -546,6 +546,21 @@ class UnifiedLog:
             self.log.directory, old_end, new_end, start, replayed, self.last_stable_offset,
         )
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Kafka's truncateFullyAndStartAt: a follower whose log ends below its leader's log
+        start (it was away while the leader deleted what it lacks) drops its whole log,
+        producer state, snapshots and epochs, and starts again, empty, at ``offset``."""
+        self._invalidate_pending_snapshots()
+        self.log.truncate_fully_and_start_at(offset)
+        self._unreplicated.clear()
+        self.epochs.clear()
+        self.producer_state.clear()
+        self._update_first_unstable()
+        if self._snapshot_dir is not None:
+            snapshot.delete_snapshots_after(self._snapshot_dir, -1)
+        self._high_watermark = offset
+        self._segment_count = self.log.segment_count
+
     # -- reads ------------------------------------------------------------------------------
     def read(
         self,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
@@ -29,7 +29,7 @@ from oncelog.clock import SystemClock
 from oncelog.cluster.follower import FetchPhase
 from oncelog.config import LogConfig
 from oncelog.harness.broker import BrokerProcess
-from oncelog.records.codec import RecordInput, encode_batch
+from oncelog.records.codec import RecordInput, decode_batch, encode_batch
 from oncelog.records.validate import validate_batches
 from oncelog.storage.engine import AppendOrigin, IsolationLevel
 from oncelog.storage.unified_log import UnifiedLog
@@ -221,3 +221,36 @@ def test_a_refused_login_is_retried_not_the_end_of_the_fetcher(
                connect)
     assert len(attempts) >= 3, "the refused logins were retried"
     assert follower.log_end_offset == leader_end
+
+
+def test_a_follower_behind_the_leaders_log_start_starts_over_there(
+    shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The leader deleted records below offset 6 while the follower was away: its fetch at
+    0 is OFFSET_OUT_OF_RANGE, it asks the leader for its log start and end (ListOffsets as a
+    replica) and starts over at 6, empty, with the leader's records from there."""
+    topic = _topic(shared_broker)
+    producer = Producer({"bootstrap.servers": shared_broker.bootstrap, "acks": "all"})
+    for i in range(10):
+        producer.produce(topic, b"r%d" % i)
+        assert producer.flush(10) == 0
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+    deleted = admin.delete_records([TopicPartition(topic, 0, 6)])
+    next(iter(deleted.values())).result(10)
+    follower = _follower(tmp_path, topic)
+
+    _replicate(shared_broker, follower, lambda: follower.log_end_offset == 10)
+
+    assert follower.log_start_offset == 6
+    values = [r.value for r in _records(follower.read(6, 1 << 24, upto_log_end=True).data)]
+    assert values == [b"r%d" % i for i in range(6, 10)]
+
+
+def _records(data: bytes) -> list[Any]:
+    buf = bytearray(data)
+    out: list[Any] = []
+    pos = 0
+    for header in validate_batches(buf, max_batch_bytes=1 << 24, allow_control=True):
+        out.extend(decode_batch(buf, pos)[1])
+        pos += header.batch_length + 12
+    return out

@@ -396,18 +396,18 @@ class KafkaProcess(ServerProcess):
                 address_in_use=False,
             )
 
-    def start(self) -> KafkaProcess:
+    def start(self, *, wait_ready: bool = True) -> KafkaProcess:
         self._write_properties()
         self._format()
         try:
-            return super().start()
+            return super().start(wait_ready=wait_ready)
         except ServerStartError as exc:
             if not (exc.address_in_use and self._auto_ports and self.starts == 1):
                 raise
             self.port = free_port(self.host)
             self.controller_port = free_port(self.host)
             self._write_properties()
-            return super().start()
+            return super().start(wait_ready=wait_ready)
 
     def stop(self, *, timeout: float | None = None, check: bool = True) -> int:
         """SIGTERM, wait, and return 0 for a clean stop.

@@ -104,14 +104,14 @@ class TansuProcess(ServerProcess):
                 address_in_use=False,
             )
 
-    def start(self) -> TansuProcess:
+    def start(self, *, wait_ready: bool = True) -> TansuProcess:
         try:
-            return super().start()
+            return super().start(wait_ready=wait_ready)
         except ServerStartError as exc:
             if not (exc.address_in_use and self._auto_port and self.starts == 1):
                 raise
             self.port = free_port(self.host)
-            return super().start()
+            return super().start(wait_ready=wait_ready)
 
     def version(self) -> str:
         import subprocess

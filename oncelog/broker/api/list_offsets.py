@@ -4,7 +4,11 @@
 UNKNOWN_LEADER_EPOCH); the answer carries the leader epoch of the offset found, from the
 partition's epoch cache (Kafka: the latest epoch for LATEST, the epoch holding the offset
 otherwise). A topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED for
-each of its partitions, before anything else (Kafka's ``handleListOffsetRequest``)."""
+each of its partitions, before anything else (Kafka's ``handleListOffsetRequest``).
+
+A request with a replica id (a follower's fetcher resetting after OFFSET_OUT_OF_RANGE) is
+answered as Kafka answers a follower: LATEST is the leader's log end offset, not its high
+watermark (``Partition.fetchOffsetForTimestamp`` with no isolation level)."""
 
 from __future__ import annotations
 
@@ -31,7 +35,9 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(versions.LIST_OFFSETS, ctx.api_version)
     registry = ctx.services.partitions
     view = ctx.services.cluster
-    isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
+    isolation: IsolationLevel | None = IsolationLevel(int(getattr(request, "isolation_level", 0)))
+    if int(getattr(request, "replica_id", -1)) >= 0:
+        isolation = None  # a follower: LATEST is the log end
     described = allowed_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
                               (topic.name for topic in request.topics))
     topics = []
@@ -76,9 +82,16 @@ def _epoch_of(partition: Partition, target: int, offset: int) -> int:
     return partition.epoch_for_offset(offset)
 
 
-def _lookup(partition: Partition, target: int, isolation: IsolationLevel) -> tuple[int, int]:
+def _lookup(
+    partition: Partition, target: int, isolation: IsolationLevel | None
+) -> tuple[int, int]:
     """Kafka's Partition.fetchOffsetForTimestamp: every answer but the earliest is bounded by
-    the last fetchable offset (the LSO under read_committed, else the high watermark)."""
+    the last fetchable offset (the LSO under read_committed, else the high watermark; the
+    log end for a follower, ``isolation`` None)."""
+    if isolation is None:
+        if target == LATEST:
+            return partition.log_end_offset, -1
+        isolation = IsolationLevel.READ_UNCOMMITTED
     if target == LATEST:
         return partition.last_fetchable_offset(isolation), -1
     if target in (EARLIEST, EARLIEST_LOCAL):

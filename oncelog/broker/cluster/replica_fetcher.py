@@ -16,13 +16,17 @@ state machine:
   engine rebuilds producer state, the aborted index and the LSO from them and refuses
   batches that do not start at its log end), then the follower's high watermark becomes
   min(leader's high watermark, its log end) and its log start follows the leader's.
-- NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH: FENCED, waiting for the metadata to name a
-  newer leader epoch (``add_partition`` again); the fetcher never guesses a leader.
+- NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and any other error of
+  a partition: that partition alone waits ``replica.fetch.backoff.ms`` and is asked again
+  with the leader epoch the metadata names then (a new leader may not have applied its
+  leadership yet); the others go on. A partition leaves the fetcher only when this broker
+  stops following it from this leader (``remove_partition``); the fetcher never guesses a
+  leader.
 - OFFSET_OUT_OF_RANGE: Kafka's rule (``follower.offset_out_of_range_reset``) with the
-  leader's log start and high watermark from the same answer (the leader's log end is not
-  in a Fetch answer; its high watermark is at most that, so truncating to it is safe).
-- other errors, and a lost connection: ``replica.fetch.backoff.ms`` and again; a local
-  storage error takes the partition to FAILED.
+  leader's log end and log start asked for with ListOffsets as a replica (Kafka's
+  ``fetchLatestOffsetFromLeader`` / ``fetchEarliestOffsetFromLeader``).
+- a lost connection, or an error of the whole Fetch: ``replica.fetch.backoff.ms`` and again;
+  a local storage error takes the partition to FAILED.
 
 I/O shell only: the rules are in ``oncelog.cluster.follower``.
 """
@@ -33,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -62,8 +67,8 @@ __all__ = ["FetcherConfig", "LeaderEndpoint", "ReplicaFetcher"]
 
 log = logging.getLogger(__name__)
 
-_FENCING = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 _MAX_BATCH = 2**31 - 1
+_LATEST, _EARLIEST = -1, -2  # ListOffsets' special timestamps
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +122,13 @@ class ReplicaFetcher:
         leader: LeaderEndpoint,
         config: FetcherConfig,
         connect: Callable[[LeaderEndpoint], BrokerConnection] | None = None,
+        monotonic_ms: Callable[[], int] | None = None,
     ) -> None:
         self.local_id = local_id
         self.leader = leader
         self.config = config
         self._connect = connect or self._default_connection
+        self._now_ms = monotonic_ms or (lambda: int(time.monotonic() * 1000))
         self._connection: BrokerConnection | None = None
         self._followed: dict[tuple[str, int], _Followed] = {}
         self._changed = asyncio.Event()
@@ -165,10 +172,9 @@ class ReplicaFetcher:
                  self.local_id, self.leader.node_id, self.leader.host, self.leader.port)
         try:
             while True:
-                if not any(f.state.is_truncating or f.state.is_fetching
-                           for f in self._followed.values()):
-                    self._changed.clear()
-                    await self._changed.wait()
+                wait_ms = self._until_ready()
+                if wait_ms != 0:
+                    await self._wait_for_change(wait_ms)
                     continue
                 try:
                     connection = await self._connected()
@@ -187,11 +193,23 @@ class ReplicaFetcher:
         finally:
             await self._drop_connection("fetcher stopped")
 
-    async def _backoff(self) -> None:
+    def _until_ready(self) -> int | None:
+        """0 when a partition is ready to be asked about; else how long until the first
+        refused one may be asked again (ms), or None when none is truncating or fetching."""
+        now = self._now_ms()
+        waits = [f.state.retry_at_ms - now for f in self._followed.values()
+                 if f.state.is_truncating or f.state.is_fetching]
+        return None if not waits else max(min(waits), 0)
+
+    async def _wait_for_change(self, timeout_ms: int | None) -> None:
+        """Until a partition is added or changes, or ``timeout_ms`` (None: no limit)."""
         self._changed.clear()
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.config.fetch_backoff_ms / 1000):
+            async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
                 await self._changed.wait()
+
+    async def _backoff(self) -> None:
+        await self._wait_for_change(self.config.fetch_backoff_ms)
 
     async def _connected(self) -> BrokerConnection:
         if self._connection is None or not self._connection.connected:
@@ -206,10 +224,12 @@ class ReplicaFetcher:
 
     # -- truncation ---------------------------------------------------------------------------
     async def _truncate(self, connection: BrokerConnection) -> None:
-        """One OffsetForLeaderEpoch round for every partition that is truncating."""
+        """One OffsetForLeaderEpoch round for every partition that is truncating (and not
+        waiting out a refusal)."""
         asking: dict[tuple[str, int], tuple[_Followed, int]] = {}
+        now = self._now_ms()
         for key, item in self._followed.items():
-            if not item.state.is_truncating:
+            if not item.state.is_truncating or not item.state.is_ready(now):
                 continue
             latest = item.partition.log.latest_epoch
             if latest is None:
@@ -273,11 +293,14 @@ class ReplicaFetcher:
 
     # -- fetching -----------------------------------------------------------------------------
     async def _fetch(self, connection: BrokerConnection) -> bool:
-        """One Fetch for every partition that is fetching; whether anything was appended or
-        answered without error (False: back off)."""
-        fetching = {key: f for key, f in self._followed.items() if f.state.is_fetching}
+        """One Fetch for every partition that is fetching (and not waiting out a refusal);
+        False when the whole Fetch failed (back off). Partitions the leader answered with
+        an error wait on their own (``_on_error``); out-of-range ones are reset after."""
+        now = self._now_ms()
+        fetching = {key: f for key, f in self._followed.items()
+                    if f.state.is_fetching and f.state.is_ready(now)}
         if not fetching:
-            return any(f.state.is_truncating for f in self._followed.values())
+            return True
         version = connection.version(api.FETCH)
         cfg = self.config
         by_topic: dict[str, list[Any]] = {}
@@ -310,7 +333,7 @@ class ReplicaFetcher:
             log.warning("replica fetch from broker %d failed: %s", self.leader.node_id,
                         ErrorCode(int(response.error_code)).name)
             return False
-        ok = True
+        out_of_range: dict[tuple[str, int], tuple[int, int]] = {}
         for topic in response.responses:
             for data in topic.partitions:
                 key = (topic.topic, int(data.partition_index))
@@ -319,32 +342,84 @@ class ReplicaFetcher:
                     continue
                 if sent[key] != (followed.state.fetch_offset, followed.state.leader_epoch):
                     continue  # the partition moved on meanwhile (truncated, new epoch)
-                ok = self._on_fetched(followed, data) and ok
-        return ok
+                if int(data.error_code) == ErrorCode.offset_out_of_range:
+                    out_of_range[key] = sent[key]
+                    continue
+                self._on_fetched(followed, data)
+        if out_of_range:
+            await self._reset_out_of_range(connection, out_of_range)
+        return True
 
-    def _on_fetched(self, followed: _Followed, data: Any) -> bool:
+    async def _reset_out_of_range(
+        self, connection: BrokerConnection, sent: dict[tuple[str, int], tuple[int, int]]
+    ) -> None:
+        """OFFSET_OUT_OF_RANGE: the leader's log end and start (ListOffsets as a replica,
+        LATEST then EARLIEST), then Kafka's reset rule."""
+        ends = await self._leader_offsets(connection, sent, _LATEST)
+        starts = await self._leader_offsets(connection, sent, _EARLIEST)
+        for key, expected in sent.items():
+            followed = self._followed.get(key)
+            if followed is None or expected != (followed.state.fetch_offset,
+                                                followed.state.leader_epoch):
+                continue
+            end, start = ends.get(key), starts.get(key)
+            if isinstance(end, ErrorCode) or isinstance(start, ErrorCode) or None in (
+                    end, start):
+                code = next((c for c in (end, start) if isinstance(c, ErrorCode)),
+                            ErrorCode.unknown_server_error)
+                self._on_error(followed, code, "ListOffsets")
+                continue
+            assert isinstance(end, int) and isinstance(start, int)
+            self._apply_reset(followed, end, start)
+
+    async def _leader_offsets(
+        self, connection: BrokerConnection, sent: dict[tuple[str, int], tuple[int, int]],
+        timestamp: int,
+    ) -> dict[tuple[str, int], int | ErrorCode]:
+        """The leader's offset for ``timestamp`` of each partition (its log end for LATEST:
+        asked as a replica), or the error it answered."""
+        version = min(connection.version(api.LIST_OFFSETS), 7)
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, index), (_, epoch) in sent.items():
+            by_topic.setdefault(topic, []).append(nested(
+                api.LIST_OFFSETS, version, "ListOffsetsPartition", partition_index=index,
+                current_leader_epoch=epoch, timestamp=timestamp, max_num_offsets=1))
+        body = request(
+            api.LIST_OFFSETS, version, replica_id=self.local_id, isolation_level=0,
+            topics=tuple(nested(api.LIST_OFFSETS, version, "ListOffsetsTopic", name=topic,
+                                partitions=tuple(parts))
+                         for topic, parts in by_topic.items()),
+        )
+        response = await connection.send(body)
+        found: dict[tuple[str, int], int | ErrorCode] = {}
+        for topic in response.topics:
+            for answer in topic.partitions:
+                code = ErrorCode(int(answer.error_code))
+                found[(topic.name, int(answer.partition_index))] = (
+                    int(answer.offset) if code is ErrorCode.none else code)
+        return found
+
+    def _apply_reset(self, followed: _Followed, leader_end: int, leader_start: int) -> None:
+        partition, state = followed.partition, followed.state
+        reset = offset_out_of_range_reset(partition.log_end_offset, leader_end, leader_start)
+        try:
+            if reset.truncate_to is not None:
+                partition.truncate_to(reset.truncate_to)
+            elif reset.start_fresh_at is not None:
+                partition.truncate_fully_and_start_at(reset.start_fresh_at)
+        except KafkaError as exc:
+            log.error("%s: offset reset failed: %s", partition.name, exc)
+            followed.state = state.on_failed()
+            return
+        followed.state = state.on_offset_reset(replace(
+            reset, fetch_offset=partition.log_end_offset))
+
+    def _on_fetched(self, followed: _Followed, data: Any) -> None:
         partition, state = followed.partition, followed.state
         code = ErrorCode(int(data.error_code))
-        if code is ErrorCode.offset_out_of_range:
-            reset = offset_out_of_range_reset(
-                partition.log_end_offset, int(data.high_watermark), int(data.log_start_offset)
-            )
-            try:
-                if reset.truncate_to is not None:
-                    partition.truncate_to(reset.truncate_to)
-                elif reset.start_fresh_at is not None:
-                    partition.truncate_to(partition.log_start_offset)
-                    partition.delete_records_before(reset.start_fresh_at)
-            except KafkaError as exc:
-                log.error("%s: offset reset failed: %s", partition.name, exc)
-                followed.state = state.on_failed()
-                return False
-            followed.state = state.on_offset_reset(replace(
-                reset, fetch_offset=partition.log_end_offset))
-            return True
         if code is not ErrorCode.none:
             self._on_error(followed, code, "Fetch")
-            return False
+            return
         records = bytes(data.records or b"")
         try:
             if records:
@@ -357,9 +432,8 @@ class ReplicaFetcher:
             log.error("%s: replicated append at %d failed: %s", partition.name,
                       partition.log_end_offset, exc)
             followed.state = state.on_failed()
-            return False
+            return
         followed.state = state.on_fetched(partition.log_end_offset, state.leader_epoch)
-        return True
 
     def _append(self, partition: Partition, records: bytes) -> None:
         buf = bytearray(records)
@@ -380,13 +454,12 @@ class ReplicaFetcher:
                          origin=AppendOrigin.REPLICATION)
 
     def _on_error(self, followed: _Followed, code: ErrorCode, what: str) -> None:
-        if code in _FENCING:
-            log.info("%s: %s answered %s at leader epoch %d; waiting for the metadata",
-                     followed.partition.name, what, code.name, followed.state.leader_epoch)
-            followed.state = followed.state.on_fenced()
-            return
-        log.info("%s: %s answered %s; retrying after %d ms", followed.partition.name, what,
-                 code.name, self.config.fetch_backoff_ms)
+        """The leader refused ``followed``: it alone is asked again after the backoff."""
+        log.info("%s: %s answered %s at leader epoch %d; retrying in %d ms",
+                 followed.partition.name, what, code.name, followed.state.leader_epoch,
+                 self.config.fetch_backoff_ms)
+        followed.state = followed.state.on_refused(
+            self._now_ms() + self.config.fetch_backoff_ms)
 
 
 def _local_lookup(partition: Partition) -> Callable[[int], EpochEndOffset | None]:

@@ -271,13 +271,27 @@ def test_events_outside_the_table_are_errors() -> None:
         truncating.on_fetched(3, for_leader_epoch=1)
     with pytest.raises(FetchStateError):
         truncating.on_offset_reset(OffsetReset(0))
-    fenced = truncating.on_fenced()
-    assert fenced.phase is FetchPhase.FENCED
-    with pytest.raises(FetchStateError):
-        fenced.on_truncated(Truncation(0, completed=True), for_leader_epoch=1)
     failed = truncating.on_truncated(Truncation(0, completed=True), 1).on_failed()
     with pytest.raises(FetchStateError):
-        failed.on_fenced()
+        failed.on_refused(100)
+    with pytest.raises(FetchStateError):
+        failed.on_truncated(Truncation(0, completed=True), for_leader_epoch=1)
+
+
+def test_a_refusal_keeps_the_phase_and_delays_the_partition() -> None:
+    """NOT_LEADER_OR_FOLLOWER and the epoch errors never park a partition: it is asked
+    again after the backoff, in the phase it was in, and any progress clears the delay."""
+    truncating = PartitionFetchState.become_follower(TP, 1, 0)
+    refused = truncating.on_refused(retry_at_ms=1200)
+    assert refused.phase is FetchPhase.TRUNCATING
+    assert not refused.is_ready(1199) and refused.is_ready(1200)
+    fetching = refused.on_truncated(Truncation(4, completed=True), for_leader_epoch=1)
+    assert fetching.retry_at_ms == 0 and fetching.is_ready(0)
+    again = fetching.on_refused(retry_at_ms=50)
+    assert again.phase is FetchPhase.FETCHING and again.fetch_offset == 4
+    assert again.on_fetched(6, for_leader_epoch=1).retry_at_ms == 0
+    assert again.on_leader_changed(2, high_watermark=3).is_ready(0)
+    assert not truncating.on_truncated(Truncation(0, True), 1).on_failed().is_ready(10**9)
 
 
 def test_answers_from_an_older_leadership_and_stale_epochs_are_ignored() -> None:
