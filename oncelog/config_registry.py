@@ -368,6 +368,9 @@ _BROKER_KEYS = [
     # Replication (oncelog.broker.cluster.replica_fetcher / replica_manager; cluster mode).
     _key("replica.lag.time.max.ms", L, 30000, "A follower that has not caught up with the "
          "leader's log end for this long leaves the ISR.", at_least=0),
+    _key("replica.high.watermark.checkpoint.interval.ms", L, 5000, "How often the high "
+         "watermarks are written to each log directory's replication-offset-checkpoint "
+         "(also at a clean shutdown); a restarted replica starts from them.", at_least=1),
     _key("replica.fetch.wait.max.ms", INT, 500, "Longest a follower's fetch waits at the "
          "leader for data.", at_least=0),
     _key("replica.fetch.max.bytes", INT, 1048576, "Bytes a follower's fetch asks for per "

@@ -327,6 +327,12 @@ class Broker:
                 if self.member is not None:
                     self.member.start(tasks)
                     self._follow_coordinator_partitions()
+                    tasks.create_task(
+                        self._every(
+                            int(self.config["replica.high.watermark.checkpoint.interval.ms"]),
+                            self._checkpoint_tick),
+                        name="high-watermark-checkpoint",
+                    )
                 tasks.create_task(self.groups.run(), name="group-coordinator")
                 tasks.create_task(self.transactions.run(), name="transaction-coordinator")
                 tasks.create_task(
@@ -391,6 +397,11 @@ class Broker:
                     await result
             except Exception:
                 log.exception("background task %s failed; will retry", tick.__name__)
+
+    async def _checkpoint_tick(self) -> None:
+        """The high watermarks taken now, written to the log directories off the loop."""
+        by_dir = self.partitions.high_watermarks()
+        await asyncio.to_thread(self.partitions.write_high_watermarks, by_dir)
 
     def _flush_tick(self) -> None:
         self.partitions.maybe_flush_all()

@@ -8,6 +8,12 @@ one of the log directories (``log.dirs``, oncelog.broker.log_dirs): a new partit
 the directory holding the fewest, and ``move_partition`` moves one between them
 (AlterReplicaLogDirs). One partition (engine, offline state, fetch waiters) is
 oncelog.broker.partition.Partition. The names callers import from here are re-exported.
+
+Cluster mode (``hosted_only``): the high watermarks are checkpointed per log directory in
+``replication-offset-checkpoint`` (``checkpoint_high_watermarks``, every
+``replica.high.watermark.checkpoint.interval.ms`` from the broker and at ``close``) and a
+replica opened again starts from its checkpointed high watermark, as Kafka's ReplicaManager
+does: never from its log end, which may hold what the ISR never had.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -45,6 +52,7 @@ from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig, log_dir_paths
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.storage.engines import open_engine
+from oncelog.storage.offset_checkpoint import HIGH_WATERMARK_FILE, read_offsets, write_offsets
 from oncelog.storage.unified_log import SnapshotJob, UnifiedLog
 
 __all__ = [
@@ -89,6 +97,10 @@ class PartitionRegistry:
         # Called before a partition's log is closed, moved or deleted (the log cleaner stops
         # a pass over it: oncelog.broker.log_cleaner).
         self.before_log_change: Callable[[Partition], None] = _nothing
+        # Cluster mode: the high watermarks read from the log directories' checkpoints at
+        # load (replicas opened later start from them) and kept for partitions offline.
+        self._checkpointed_hw: dict[tuple[str, int], int] = {}
+        self._checkpoint_lock = threading.Lock()
 
     def _write_snapshot(self, job: SnapshotJob) -> None:
         self._snapshots.submit(job).add_done_callback(_log_snapshot_failure)
@@ -115,6 +127,9 @@ class PartitionRegistry:
                         "directories in %s", path, ", ".join(map(str, self.log_dirs)))
         if adopt_partition_dirs(self.topics, self.log_dirs, internal_configs or {}):
             self._write_catalog()
+        if self.hosted_only:
+            for log_dir in self.log_dirs:
+                self._checkpointed_hw.update(read_offsets(log_dir / HIGH_WATERMARK_FILE))
         for info in self.topics.values():
             log_config = LogConfig.resolve(self.config, info.configs)
             for index in range(info.partitions):
@@ -138,7 +153,9 @@ class PartitionRegistry:
     def _next_log_dir(self) -> Path:
         return next_log_dir(self.log_dirs, (p.log_dir for p in self._partitions.values()))
 
-    def _open_engine(self, directory: Path, log_config: LogConfig) -> UnifiedLog:
+    def _open_engine(
+        self, directory: Path, log_config: LogConfig, high_watermark: int | None = None
+    ) -> UnifiedLog:
         return open_engine(
             self.config["storage.engine"],
             directory,
@@ -153,13 +170,15 @@ class PartitionRegistry:
             transaction_verification=bool(
                 self.config["transaction.partition.verification.enable"]
             ),
+            high_watermark=high_watermark,
         )
 
     def _open_partition(
         self, topic: str, index: int, log_config: LogConfig, log_dir: Path | None = None
     ) -> Partition:
         log_dir = log_dir or self._next_log_dir()
-        log = self._open_engine(log_dir / f"{topic}-{index}", log_config)
+        log = self._open_engine(log_dir / f"{topic}-{index}", log_config,
+                                self._checkpointed_hw.get((topic, index)))
         partition = Partition(topic, index, log, log_dir)
         self._partitions[(topic, index)] = partition
         return partition
@@ -181,12 +200,13 @@ class PartitionRegistry:
             return
         self._snapshots.submit(lambda: None).result()  # no snapshot job left for the source
         self.before_log_change(partition)
+        high_watermark = partition.high_watermark
         partition.log.close()
         log_config = partition.config
         try:
             if self.config["storage.engine"].startswith("file"):
                 move_partition_dir(partition.name, partition.log_dir, target)
-            reopened = self._open_engine(target / partition.name, log_config)
+            reopened = self._open_engine(target / partition.name, log_config, high_watermark)
         except OSError as exc:
             partition.take_offline("move_partition", exc)
             raise partition.storage_error() from exc
@@ -396,6 +416,35 @@ class PartitionRegistry:
                 log.warning("skipping partition %s: %s", partition.name, exc)
         return total
 
+    def high_watermarks(self) -> dict[Path, dict[tuple[str, int], int]]:
+        """Cluster mode: each log directory's high watermarks as they are now (an offline
+        partition keeps its last checkpointed one), for ``write_high_watermarks``."""
+        by_dir: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
+        for key, partition in self._partitions.items():
+            try:
+                hw = partition.high_watermark
+            except KafkaError:
+                if key not in self._checkpointed_hw:
+                    continue
+                hw = self._checkpointed_hw[key]
+            self._checkpointed_hw[key] = hw
+            by_dir.setdefault(partition.log_dir, {})[key] = hw
+        return by_dir
+
+    def write_high_watermarks(
+        self, by_dir: Mapping[Path, Mapping[tuple[str, int], int]]
+    ) -> None:
+        """Write each log directory's ``replication-offset-checkpoint`` (blocking: fsyncs;
+        the broker runs it in a worker thread, one write at a time)."""
+        with self._checkpoint_lock:
+            for log_dir, offsets in by_dir.items():
+                write_offsets(log_dir / HIGH_WATERMARK_FILE, offsets)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Cluster mode: write every log directory's high-watermark checkpoint now."""
+        if self.hosted_only:
+            self.write_high_watermarks(self.high_watermarks())
+
     def maybe_flush_all(self) -> None:
         now = self.clock.now_ms()
         self._each_online(lambda p: int(p.log.maybe_flush(now)))
@@ -421,6 +470,10 @@ class PartitionRegistry:
 
         for partition in self.partitions():
             partition.wake_waiters()
+        try:
+            self.checkpoint_high_watermarks()
+        except OSError as exc:
+            log.error("high-watermark checkpoint at close failed: %s", exc)
         self._each_online(close)
         self._snapshots.shutdown(wait=True)
 

@@ -33,6 +33,7 @@ def open_engine(
     auto_high_watermark: bool = True,
     leader_epoch: int | None = 0,
     transaction_verification: bool = False,
+    high_watermark: int | None = None,
 ) -> UnifiedLog:
     """Open the partition whose data lives in ``directory`` (``<topic>-<partition>``) with
     the engine ``url`` names; ValueError for an unknown scheme. The memory engine uses only
@@ -40,7 +41,8 @@ def open_engine(
     producer-state snapshot jobs (pass one writing in a worker thread to keep fsync off the
     event loop); ``auto_high_watermark=False`` leaves the high watermark to the caller;
     ``leader_epoch`` (default 0: one node) is the epoch the engine leads from the start, None
-    to wait for ``become_leader`` / ``become_follower`` (replication);
+    to wait for ``become_leader`` / ``become_follower`` (replication), when the high
+    watermark starts from ``high_watermark`` (the checkpointed one; None: the log start);
     ``transaction_verification`` makes a transaction's first append present its KIP-890
     verification guard (the broker's ``transaction.partition.verification.enable``)."""
     scheme = storage_engine_scheme(url)
@@ -55,7 +57,7 @@ def open_engine(
             directory, config, clock,
             producer_id_expiration_ms=producer_id_expiration_ms,
             snapshot_writer=snapshot_writer, auto_high_watermark=auto_high_watermark,
-            leader_epoch=leader_epoch,
+            leader_epoch=leader_epoch, high_watermark=high_watermark,
         )
     engine.producer_state.transaction_verification = transaction_verification
     return engine

@@ -182,10 +182,15 @@ class UnifiedLog:
         snapshot_writer: SnapshotWriter = write_now,
         auto_high_watermark: bool = True,
         leader_epoch: int | None = 0,
+        high_watermark: int | None = None,
     ) -> UnifiedLog:
         """The file engine: open (or create) the partition in ``directory`` and recover.
         With ``leader_epoch`` (default 0: one node) it leads that epoch at once; with None
-        it waits for ``become_leader`` or ``become_follower``."""
+        it waits for ``become_leader`` or ``become_follower``. Without
+        ``auto_high_watermark`` (replication) the high watermark starts from the
+        checkpointed ``high_watermark`` (Kafka's replication-offset-checkpoint), bounded by
+        the recovered log; None (no checkpoint) starts it at the log start: a restarted
+        replica never takes its log end for what the ISR had."""
         files = open_partition_files(directory, config, clock, producer_id_expiration_ms)
         log, state, start = files.log, files.producer_state, files.replay_from
         unified = cls(
@@ -193,6 +198,15 @@ class UnifiedLog:
             auto_high_watermark=auto_high_watermark,
             epochs=_load_epochs(directory, log),
         )
+        if not auto_high_watermark:
+            hw = min(max(high_watermark or 0, log.log_start_offset), log.log_end_offset)
+            unified._high_watermark = hw
+            if hw < start:
+                # Markers above the high watermark may be missing from other replicas: they
+                # are replayed from a snapshot at or below it, so that the transactions they
+                # completed hold the LSO until the high watermark passes them.
+                start = snapshot.load_state(state, directory, max_offset=hw,
+                                            log_level=logging.DEBUG)
         replayed = unified._rebuild_from(start)
         unified.replayed_batches = replayed
         if replayed:
