@@ -21,6 +21,13 @@ The rules are Kafka's:
   A gone broker leaves every ISR, except that the last member stays (as Kafka's ZooKeeper
   controller kept it) so a clean election is possible when it returns. The same function
   gives offline partitions a leader again when an ISR member comes back.
+- Brokers that restarted (``restarted``: the registration's broker epoch changed since the
+  controller last saw it, so it went and came back between two reads — Kafka treats a new
+  broker epoch as a failure and a restart): what they had in their previous life may be
+  gone (unflushed writes, a replaced disk), so they leave every ISR that keeps another
+  member and lose their leaderships to another live ISR member; a partition with no other
+  in-sync replica keeps it, with a new leader epoch (its followers truncate against it).
+  The leader re-admits them once they have caught up in their new life (KIP-903).
 - Controlled shutdown: leadership moves to another live ISR member not shutting down; the
   broker leaves the ISRs where at least one member remains; the partitions it must keep
   leading (no one to move to) are reported.
@@ -67,6 +74,7 @@ __all__ = [
     "initial_states",
     "new_topic",
     "preferred_leader_rebalance",
+    "restarted",
     "usable_brokers",
 ]
 
@@ -329,6 +337,29 @@ def _elect_offline(
     if state.leader == NO_LEADER and isr == state.isr:
         return None
     return state.with_leader(NO_LEADER, isr, controller_epoch)
+
+
+def restarted(
+    image: MetadataImage, node_ids: Collection[int], *, controller_epoch: int
+) -> Changes:
+    """Partition changes for brokers that restarted (module docstring)."""
+    changes: Changes = {}
+    for key, versioned in _partitions(image):
+        state = versioned.state
+        leads = state.leader in node_ids
+        if not leads and not any(r in node_ids for r in state.isr):
+            continue
+        rest = tuple(r for r in state.isr if r not in node_ids)
+        if leads:
+            leader = _clean_leader(image.replicas(*key), rest, image)
+            new = (state.with_leader(leader, rest, controller_epoch) if leader is not None
+                   else state.with_leader(state.leader, state.isr, controller_epoch))
+        elif rest:
+            new = state.with_isr(rest)
+        else:
+            continue  # the last ISR member stays, as for a broker that is gone
+        changes[key] = PartitionChange(new, versioned.version)
+    return changes
 
 
 def controlled_shutdown(

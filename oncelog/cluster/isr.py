@@ -456,14 +456,14 @@ class LeaderReplicas:
         return ReplicaState(last_fetch_leader_end_offset=UNKNOWN_OFFSET, broker_epoch=broker_epoch)
 
     def _is_isr_eligible(self, replica: int) -> bool:
-        """Alive, not shutting down, and fetching with its registered broker epoch."""
+        """Alive, not shutting down, and fetching with its registered broker epoch (a fetch
+        that carried none, made before its registration was known, does not count)."""
         if self._brokers is None:
             return True
         registration = self._brokers.get(replica)
         if registration is None or registration.shutting_down:
             return False
-        stored = self._states[replica].broker_epoch
-        return stored is not None and (stored == NO_BROKER_EPOCH or stored == registration.epoch)
+        return self._states[replica].broker_epoch == registration.epoch
 
     def _maybe_increment_high_watermark(self, now_ms: int) -> bool:
         if self.is_under_min_isr():

@@ -10,7 +10,8 @@ again. A controller that sees the key go, or another broker hold it, stops actin
 While controller, after every watched change (and once on winning, so a new controller
 finishes what a previous one left), it decides from its image with
 ``oncelog.cluster.controller_decisions``: partitions whose leader or ISR members are gone
-(``fence``), brokers asking for a controlled shutdown, the internal topics once enough
+(``fence``), brokers that restarted between two reads (their broker epoch changed:
+``restarted``), brokers asking for a controlled shutdown, the internal topics once enough
 brokers are alive; and every ``leader.imbalance.check.interval.seconds`` the preferred-leader
 rebalance (``auto.leader.rebalance.enable``). Decisions are written with
 ``compare_and_set_partition`` on the version they were decided from; a refused write means
@@ -95,6 +96,9 @@ class Controller:
         # Versions this controller wrote that the image has not seen yet: no decision is
         # taken on those partitions until the watch brings the write back.
         self._written: dict[PartitionKey, int] = {}
+        # The broker epoch of each registered broker as this controller last decided on it:
+        # a different one is a broker that went and came back between two reads.
+        self._broker_epochs: dict[int, int] = {}
 
     @property
     def is_active(self) -> bool:
@@ -189,6 +193,7 @@ class Controller:
         self.epoch = epoch
         self.stats.active = True
         self._written.clear()
+        self._broker_epochs.clear()
         log.info("controller: node %d is the controller at epoch %d", self.node_id, epoch)
         await self.decide()
 
@@ -213,6 +218,7 @@ class Controller:
             if self.epoch is None:
                 return
             epoch = self.epoch
+            await self._handle_restarts(epoch)
             changes = decide.fence(
                 self.image, unclean_default=self.settings.unclean_leader_election,
                 controller_epoch=epoch,
@@ -222,6 +228,19 @@ class Controller:
                 if registration.shutting_down:
                     await self._controlled_shutdown(node_id, epoch)
             await self._maybe_create_internal_topics(epoch)
+
+    async def _handle_restarts(self, epoch: int) -> None:
+        brokers = self.image.brokers
+        again = {n for n, reg in brokers.items()
+                 if self._broker_epochs.get(n, reg.epoch) != reg.epoch}
+        if again:
+            log.info("controller: broker(s) %s registered with a new broker epoch (restarted): "
+                     "out of the ISRs until caught up, leaderships moved", sorted(again))
+        changes = decide.restarted(self.image, again, controller_epoch=epoch)
+        written = await self._write(changes, "broker restarted")
+        if written != set(changes):
+            return  # decided again from the next image
+        self._broker_epochs = {n: reg.epoch for n, reg in brokers.items()}
 
     async def _controlled_shutdown(self, node_id: int, epoch: int) -> None:
         result = decide.controlled_shutdown(self.image, node_id, controller_epoch=epoch)

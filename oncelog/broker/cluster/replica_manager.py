@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from oncelog.broker.partition import Partition
 from oncelog.clock import Clock
-from oncelog.cluster.isr import LeaderReplicas, ReplicationLimits
+from oncelog.cluster.isr import NO_BROKER_EPOCH, LeaderReplicas, ReplicationLimits
 from oncelog.cluster.metadata import BrokerRegistration, MetadataStore, VersionedPartitionState
 from oncelog.errors import ErrorCode, KafkaError
 
@@ -141,11 +141,21 @@ class ReplicaManager:
         now = self._clock.monotonic_ms()
         if led.tracker.on_follower_fetch(
             replica_id, fetch_offset, now, partition.log_end_offset,
+            broker_epoch=self._broker_epoch(replica_id),
             log_start_offset=log_start_offset,
         ):
             self._push_high_watermark(led)
         if led.tracker.maybe_expand() is not None:
             self._propose_isr(led)
+
+    def _broker_epoch(self, replica_id: int) -> int:
+        """The broker epoch a follower's fetch is taken to carry: its registration's as this
+        broker sees it now (Fetch up to v12 has no ReplicaState; KIP-903's check works the
+        same on it). A follower not registered in this broker's image fetches with none
+        and cannot join the ISR until its registration arrives; a registration with a
+        newer epoch than its fetches carried marks it restarted (``LeaderReplicas``)."""
+        registration = None if self._brokers is None else self._brokers.get(replica_id)
+        return NO_BROKER_EPOCH if registration is None else registration.epoch
 
     def check_min_isr(self, partition: Partition, acks: int) -> None:
         """Before an append: NOT_ENOUGH_REPLICAS for acks=all below min.insync.replicas."""

@@ -22,6 +22,7 @@ from oncelog.cluster.controller_decisions import (
     fence,
     new_topic,
     preferred_leader_rebalance,
+    restarted,
 )
 from oncelog.cluster.metadata import (
     NO_LEADER,
@@ -375,3 +376,24 @@ def test_random_event_sequences_keep_the_invariants(
             if any(r in image.brokers for r in state.isr):
                 assert state.leader != NO_LEADER
         assert fence(image, unclean_default=unclean, controller_epoch=CE) == {}
+
+
+def test_a_restarted_broker_leaves_the_isrs_and_its_leaderships() -> None:
+    """Broker 3 came back with a new broker epoch: out of every ISR that keeps another
+    member; its leadership moves to a live in-sync replica, or stays with a new leader
+    epoch when there is none; partitions it has no part in are untouched."""
+    image = image_of([1, 2, 3], {"t": [(3, 1, 2), (1, 2, 3), (1, 2)]}, {
+        ("t", 0): PartitionState(3, 4, (3, 1, 2)),
+        ("t", 1): PartitionState(1, 2, (1, 2, 3)),
+    })
+    image.topics["u"] = TopicAssignment("u", uuid.uuid4(), ((3, 1),))
+    image.partitions[("u", 0)] = VersionedPartitionState(PartitionState(3, 5, (3,)), 2)
+    changes = restarted(image, {3}, controller_epoch=CE)
+    assert changes[("t", 0)].state.leader == 1
+    assert changes[("t", 0)].state.leader_epoch == 5
+    assert changes[("t", 0)].state.isr == (1, 2)
+    assert changes[("t", 1)].state == PartitionState(1, 2, (1, 2), partition_epoch=1)
+    assert changes[("u", 0)].state.leader == 3 and changes[("u", 0)].state.leader_epoch == 6
+    assert changes[("u", 0)].expected_version == 2
+    assert ("t", 2) not in changes
+    assert restarted(image, set(), controller_epoch=CE) == {}
