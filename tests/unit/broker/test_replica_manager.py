@@ -12,7 +12,11 @@ import pytest
 from oncelog.broker.cluster.replica_manager import ReplicaManager
 from oncelog.broker.partition import Partition
 from oncelog.clock import FakeClock
-from oncelog.cluster.metadata import PartitionState, VersionedPartitionState
+from oncelog.cluster.metadata import (
+    BrokerRegistration,
+    PartitionState,
+    VersionedPartitionState,
+)
 from oncelog.config import LogConfig
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.records.codec import RecordInput, encode_batch
@@ -127,3 +131,31 @@ def test_fetch_from_a_broker_without_a_replica_is_refused(tmp_path: Path) -> Non
     with pytest.raises(KafkaError) as refused:
         manager.on_follower_fetch(partition, 9, 0, 0)
     assert refused.value.code == ErrorCode.not_leader_or_follower
+
+
+def test_a_follower_fetch_carries_its_registration_and_a_restart_starts_it_over(
+        tmp_path: Path) -> None:
+    """KIP-903 on Fetch v12: a fetch is taken to carry the broker epoch of the follower's
+    registration as the leader sees it. A fetch made before the registration is known does
+    not make the follower ISR-eligible; a newer registration (a restart, maybe with an empty
+    disk) forgets its old log end, so it rejoins only after fetching in its new life."""
+    manager, partition = _leader(tmp_path, (0, 1))
+    end = _append(partition)
+    registered = {n: BrokerRegistration(n, "h", 9000 + n, epoch=100 + n) for n in (0, 1)}
+    manager.on_brokers(registered)
+    manager.on_follower_fetch(partition, 2, end, 0)  # broker 2 not registered yet
+    tracker = manager.tracker("t", 0)
+    assert tracker is not None and tracker.isr == {0, 1} and tracker.pending_isr is None
+
+    manager.on_brokers({**registered, 2: BrokerRegistration(2, "h", 9002, epoch=102)})
+    manager.on_follower_fetch(partition, 2, end, 0)
+    assert tracker.replica_state(2).broker_epoch == 102
+    assert tracker.pending_isr == (0, 1, 2)  # caught up in its current life: proposed
+    tracker.on_isr_rejected()
+
+    manager.on_brokers({**registered, 2: BrokerRegistration(2, "h", 9002, epoch=150)})
+    assert tracker.replica_state(2).log_end_offset == -1  # what it had is forgotten
+    manager.on_follower_fetch(partition, 1, end, 0)  # another follower's fetch
+    assert tracker.pending_isr is None, "re-admitted on its previous life's log end"
+    manager.on_follower_fetch(partition, 2, end, 0)
+    assert tracker.pending_isr == (0, 1, 2)
