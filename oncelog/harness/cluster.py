@@ -5,6 +5,7 @@
         cluster.kill(2)                  # kill -9 broker 2
         cluster.wait_until(lambda m: 2 not in m.brokers, "broker 2 gone")
         cluster.restart(2)               # same port, same data directory
+        cluster.pause_etcd()             # SIGSTOP etcd (resume_etcd: SIGCONT)
 
 ``env`` adds to every broker's environment (e.g. ``{"ONCELOG_CRASH_AT": point}``: a crash
 point of oncelog.faults, which only the broker that reaches it acts on).
@@ -288,6 +289,16 @@ class ClusterProcess:
 
     def resume(self, node_id: int) -> None:
         self.brokers[node_id]._signal(signal.SIGCONT)
+
+    def pause_etcd(self) -> None:
+        """SIGSTOP of etcd: no lease is renewed, no metadata read or written, until
+        ``resume_etcd``. A shared etcd (``etcd=``) stops for every cluster on it."""
+        assert self.etcd is not None
+        self.etcd._signal(signal.SIGSTOP)
+
+    def resume_etcd(self) -> None:
+        assert self.etcd is not None
+        self.etcd._signal(signal.SIGCONT)
 
     def restart(self, node_id: int) -> BrokerProcess:
         """Start a stopped or killed broker again, same port and data directory."""

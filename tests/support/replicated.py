@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,28 @@ def log_batches(data_dir: Path, topic: str, index: int, below: int) -> list[byte
     return batches
 
 
+def log_end(data_dir: Path, topic: str, index: int) -> int:
+    """The end offset of a replica's log as its files show it (a live broker's too: a
+    batch still being written is not counted), 0 without a partition directory."""
+    segments = sorted((data_dir / f"{topic}-{index}").glob("*.log"))
+    if not segments:
+        return 0
+    end = int(segments[-1].stem)  # a segment is named after its base offset
+    buf = segments[-1].read_bytes()
+    pos = 0
+    while pos + LAST_OFFSET_DELTA + 4 <= len(buf):
+        base, length = struct.unpack_from(">qi", buf, pos)
+        if length <= 0 or pos + 12 + length > len(buf):
+            break
+        (delta,) = struct.unpack_from(">i", buf, pos + LAST_OFFSET_DELTA)
+        end = base + delta + 1
+        pos += 12 + length
+    return end
+
+
+LAST_OFFSET_DELTA = 23  # in a v2 record batch's header
+
+
 def read_all(bootstrap: str, topic: str, partitions: int, *,
              committed: bool = False, conf: dict[str, Any] | None = None) -> list[bytes]:
     """Every record value up to the end (the HW, or the LSO with ``committed``); ``conf``
@@ -85,6 +108,31 @@ def read_all(bootstrap: str, topic: str, partitions: int, *,
     return values
 
 
+def fill(bootstrap: str, topic: str, records: int, size: int) -> list[bytes]:
+    """``records`` values of ``size`` bytes (``b"fill-<n>-...."``) written to ``topic``
+    with an idempotent acks=all producer; the values acknowledged, all of them."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 20, "message.timeout.ms": 60000})
+    acked: list[bytes] = []
+
+    def delivered(error: KafkaError | None, message: Any) -> None:
+        if error is None:
+            acked.append(message.value())
+
+    for n in range(records):
+        value = f"fill-{n}-".encode().ljust(size, b".")
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert len(acked) == records, f"{records - len(acked)} fill records not acknowledged"
+    return acked
+
+
 # Broker settings of replication tests and the fault run: a lagging follower leaves the
 # ISR within seconds, a refused fetch is retried soon, few internal partitions.
 REPLICATION_CONFIGS: dict[str, str | int] = {
@@ -106,10 +154,12 @@ PAUSE_TOLERANT_PRODUCER: dict[str, str | int] = {
 class NumberedStream:
     """An idempotent acks=all confluent-kafka producer writing b"0", b"1", ... from a
     thread; ``acked`` are the values acknowledged without error. ``configs`` adds to or
-    overrides the producer's settings."""
+    overrides the producer's settings; ``rate`` (records per second) paces it, else it
+    writes as fast as the producer takes them."""
 
     def __init__(self, bootstrap: str, topic: str,
-                 configs: dict[str, str | int] | None = None) -> None:
+                 configs: dict[str, str | int] | None = None, *,
+                 rate: float | None = None) -> None:
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
             "linger.ms": 2, "message.timeout.ms": 60000, **(configs or {}),
@@ -118,6 +168,7 @@ class NumberedStream:
         self.acked: list[bytes] = []
         self.failed: list[str] = []
         self.sent = 0
+        self.rate = rate
         self._stop = threading.Event()
         self._progress = threading.Condition()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -132,6 +183,7 @@ class NumberedStream:
             self._progress.notify_all()
 
     def _run(self) -> None:
+        started = time.monotonic()
         while not self._stop.is_set():
             try:
                 self.producer.produce(self.topic, str(self.sent).encode(),
@@ -140,6 +192,8 @@ class NumberedStream:
             except BufferError:
                 pass
             self.producer.poll(0.001)
+            if self.rate is not None:  # pacing, not synchronisation
+                self._stop.wait(started + self.sent / self.rate - time.monotonic())
 
     def wait_acked(self, count: int, timeout: float = 60) -> None:
         with self._progress:

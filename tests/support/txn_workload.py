@@ -2,12 +2,13 @@
 and its checker.
 
 ``TransactionalWorkload``: a few confluent-kafka transactional producers (distinct
-transactional ids), each in its own thread, each transaction writing a few records to 2-3
-partitions of one topic, with unique values ``b"<producer>:<seq>:<partition>:<index>"``, and
-committing most and aborting some (seeded). Every transaction is recorded with its outcome:
-``committed`` (commit_transaction returned), ``aborted`` (commit was never asked: whatever
-happened, the transaction must never become visible) or ``unknown`` (commit_transaction
-raised, so the transaction may have committed or not, but all or nothing).
+transactional ids), each in its own thread (``pause`` seconds between two transactions),
+each transaction writing a few records to 2-3 partitions of one topic, with unique values
+``b"<producer>:<seq>:<partition>:<index>"``, and committing most and aborting some (seeded).
+Every transaction is recorded with its outcome: ``committed`` (commit_transaction returned),
+``aborted`` (commit was never asked: whatever happened, the transaction must never become
+visible) or ``unknown`` (commit_transaction raised, so the transaction may have committed or
+not, but all or nothing).
 
 ``check_transactions`` compares the records with what read_committed and read_uncommitted
 consumers see at the end.
@@ -72,7 +73,8 @@ class TransactionalWorkload:
     partitions) until ``stop()``; ``transactions`` are the finished ones."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, *, producers: int = 3,
-                 seed: int = 1, configs: dict[str, str | int] | None = None) -> None:
+                 seed: int = 1, configs: dict[str, str | int] | None = None,
+                 pause: float = 0.0) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
@@ -82,6 +84,7 @@ class TransactionalWorkload:
         self.errors: Counter[str] = Counter()
         self.recreated = 0
         self._seed = seed
+        self._pause = pause  # seconds between a producer's transactions
         self._stop = threading.Event()
         self._progress = threading.Condition()
         self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True)
@@ -148,6 +151,7 @@ class TransactionalWorkload:
             with self._progress:
                 self.transactions.append(txn)
                 self._progress.notify_all()
+            self._stop.wait(self._pause)  # pacing, not synchronisation
         producer.flush(10)
 
     def _recover(self, n: int, producer: Producer, exc: BaseException) -> Producer:
