@@ -10,10 +10,12 @@ readiness.
 In cluster mode (``metadata.etcd.endpoints`` set; oncelog.broker.cluster.member): bind;
 lock the data directory; connect to the metadata store; take the cluster id from it
 (meta.properties must agree: a directory of another cluster is refused); load the local
-partition directories; register the broker (a live broker with the same node id: refused,
-exit status 1); load the MetadataCache and apply this broker's replica roles from it; then
-in the TaskGroup the cache follows the store's watch, the controller shell campaigns, the
-producer-id blocks are fetched, and the transaction and group coordinators each load the
+partition directories; register the broker (while the node id is still registered, e.g. by
+this broker's previous life killed within the session timeout, it waits for that lease to
+expire, logging why at each attempt; SIGTERM meanwhile stops it cleanly); load the
+MetadataCache and apply this broker's replica roles from it; then in the TaskGroup the
+cache follows the store's watch, the controller shell campaigns, the producer-id blocks
+are fetched, and the transaction and group coordinators each load the
 ``__transaction_state`` / ``__consumer_offsets`` partitions this broker leads (at their
 leader epochs) and unload those it stops leading; start accepting; announce readiness. On
 SIGTERM a controlled shutdown moves this broker's leaderships away first; the lease is
@@ -281,9 +283,10 @@ class Broker:
             if self.member is not None:
                 self.cluster_id = await self.member.connect(self.data_dir)
             self._start_storage()
-            if self.member is not None:
-                await self.member.join(self.advertised_host, self.advertised_port,
-                                       self._advertised_listeners())
+            if self.member is not None and not await self._join_unless_stopped():
+                self.partitions.close()
+                log.info("stopped cleanly before registering")
+                return
             await self._serve(on_ready, metrics_server, console)
         finally:
             if self.member is not None:
@@ -291,6 +294,27 @@ class Broker:
                     await self.services.txn_verifier.close()
                 await self.member.close()
             self._lock.release()
+
+    async def _join_unless_stopped(self) -> bool:
+        """``ClusterMember.join``, unless a stop is requested first (SIGTERM while the
+        registration waits for this node id's previous lease to expire): then False."""
+        assert self.member is not None
+        join = asyncio.ensure_future(self.member.join(
+            self.advertised_host, self.advertised_port, self._advertised_listeners()))
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait((join, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not join.done():
+                join.cancel()
+        try:
+            await join  # its error, if it failed
+        except asyncio.CancelledError:
+            if not self._stop.is_set():
+                raise
+            return False
+        return True
 
     async def _bind_console(self) -> tuple[asyncio.Server, Console] | None:
         """Bind the transactions console (oncelog.ui), a Kafka client of our own listener."""

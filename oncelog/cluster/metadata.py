@@ -282,7 +282,15 @@ class MetadataStoreError(RuntimeError):
 
 
 class BrokerIdInUse(MetadataStoreError):
-    """Another live broker is registered with this node id."""
+    """This node id is registered under a live lease (another broker, or this broker's
+    previous life until its lease expires): ``expires_in_s`` is that lease's remaining
+    time unless it is renewed (None if unknown), ``holder`` the address it registered."""
+
+    def __init__(self, message: str, *, holder: str = "", expires_in_s: int | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.expires_in_s = expires_in_s
 
 
 class SessionLost(MetadataStoreError):

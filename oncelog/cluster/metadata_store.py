@@ -6,7 +6,9 @@ Why etcd, and the key layout: docs/architecture.md ("Cluster") and
 
 - A broker registration is a key attached to a lease of ``broker.session.timeout.ms``
   (rounded up to whole seconds, etcd's unit), created with a Txn that requires the key to be
-  absent (create revision 0): a live broker with the same id makes ``BrokerIdInUse``. A
+  absent (create revision 0): a live broker with the same id -- or a killed one whose lease
+  has not expired yet -- makes ``BrokerIdInUse``, whose message says when that lease
+  expires unless renewed (etcd's LeaseTimeToLive). A
   keep-alive task refreshes the lease every ``broker.heartbeat.interval.ms``. The session
   is lost -- ``session_lost`` is set, the lease forgotten and the task stops -- when etcd
   says the lease is gone (a refresh, or a put on the lease: "lease not found"), or as soon
@@ -62,6 +64,7 @@ from oncelog.cluster.metadata import (
 )
 from oncelog.cluster.metadata_codec import (
     MetadataKeys,
+    decode_broker,
     decode_event,
     decode_json,
     encode_broker,
@@ -241,9 +244,15 @@ class EtcdMetadataStore:
         if not succeeded:
             with contextlib.suppress(*_ETCD_ERRORS):
                 await client.revoke_lease(lease.id)
+            found = self._read_back(responses)
+            with self._errors(f"read broker {registration.node_id}"):
+                holder = decode_broker(found.value, int(found.create_revision))
+            left = await self._lease_time_left(client, found.lease)
             raise BrokerIdInUse(
                 f"etcd at {self.endpoint}: broker id {registration.node_id} is registered "
-                f"by a live broker ({self._read_back(responses).value.decode()})"
+                f"by a live broker ({found.value.decode()}); its lease expires in "
+                + ("an unknown time" if left is None else f"{left} s"),
+                holder=f"{holder.host}:{holder.port}", expires_in_s=left,
             )
         epoch = int(self._read_back(responses).create_revision)
         if self._keepalive is not None:
@@ -260,6 +269,15 @@ class EtcdMetadataStore:
             registration.node_id, epoch, lease.id, self.lease_ttl_s, self.endpoint,
         )
         return epoch
+
+    async def _lease_time_left(self, client: Any, lease_id: int) -> int | None:
+        """Whole seconds before etcd expires ``lease_id`` unless it is renewed (its
+        LeaseTimeToLive); None if etcd does not say."""
+        try:
+            info = await client.get_lease_info(lease_id, keys=False)
+        except _ETCD_ERRORS:
+            return None
+        return int(info.TTL) if info.TTL >= 0 else None
 
     async def _keep_alive(self, lease_id: int) -> None:
         """Refresh the lease every heartbeat until the session is lost (module docstring) or

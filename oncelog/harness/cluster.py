@@ -28,6 +28,9 @@ reaches the cluster from host ``client``, which no fault touches: ``metadata()``
         with cluster.reach():
             producer = Producer({"bootstrap.servers": cluster.bootstrap})
 
+With ``metrics=True`` (loopback only) each broker also serves ``--metrics`` on a port of its
+own, kept across restarts: ``metrics_url(node_id)``.
+
 With ``proxied=True`` (loopback only) each broker listens on its own port and advertises a
 ``FaultProxy`` in front of it (``proxies[node_id]``), so clients and the other brokers
 reach it through the proxy, where ``oncelog verify`` cuts connections and drops responses.
@@ -126,7 +129,10 @@ class ClusterProcess:
         log_level: str = "INFO",
         proxied: bool = False,
         scram_users: Mapping[str, tuple[str, str]] | None = None,
+        metrics: bool = False,
     ) -> None:
+        if network is not None and metrics:
+            raise ValueError("metrics endpoints are served on loopback only")
         if network is not None and etcd is not None:
             raise ValueError("a namespaced cluster runs its own etcd in host 'etcd'")
         if network is not None and proxied:
@@ -144,6 +150,8 @@ class ClusterProcess:
         self.proxied = proxied
         self.proxies: dict[int, FaultProxy] = {}
         self.scram_users = dict(scram_users or {})
+        self.metrics = metrics
+        self.metrics_ports: dict[int, int] = {}  # node id -> its --metrics port
         if self.scram_users and network is not None:
             raise ValueError("SCRAM users are seeded from loopback, not into a namespace")
 
@@ -205,15 +213,20 @@ class ClusterProcess:
 
     def _broker(self, node_id: int, configs: Mapping[str, ConfigValue]) -> BrokerProcess:
         data_dir = self.base_dir / f"broker-{node_id}"
+        extra: list[str] = []
+        if self.metrics:
+            self.metrics_ports[node_id] = free_port(LOOPBACK)
+            extra = ["--metrics", f"{LOOPBACK}:{self.metrics_ports[node_id]}"]
         if self.proxied:
             port = free_port(LOOPBACK)
             proxy = self.proxies[node_id] = FaultProxy(LOOPBACK, port).start()
             return BrokerProcess(data_dir, node_id=node_id, configs=configs, port=port,
                                  advertised=proxy.bootstrap, env=self._broker_env(),
-                                 log_level=self.log_level)
+                                 log_level=self.log_level, extra_args=extra)
         if self.network is None:
             return BrokerProcess(data_dir, node_id=node_id, configs=configs,
-                                 env=self._broker_env(), log_level=self.log_level)
+                                 env=self._broker_env(), log_level=self.log_level,
+                                 extra_args=extra)
         return self.network.broker(self.host(node_id), data_dir, node_id=node_id,
                                    configs=configs, env=self._broker_env(),
                                    log_level=self.log_level)
@@ -258,6 +271,11 @@ class ClusterProcess:
         if self.proxied:
             return ",".join(self.proxies[n].bootstrap for n in self.running)
         return ",".join(self.brokers[n].bootstrap for n in self.running)
+
+    def metrics_url(self, node_id: int) -> str:
+        """Broker ``node_id``'s Prometheus endpoint (``metrics=True``), for ``oncelog
+        metrics --url``."""
+        return f"http://{LOOPBACK}:{self.metrics_ports[node_id]}/metrics"
 
     def listener_port(self, node_id: int, listener: str) -> int:
         """The port broker ``node_id`` bound for ``listener`` (e.g. a ``NAME://HOST:0``

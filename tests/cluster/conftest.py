@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,10 +36,13 @@ ClusterFactory = Callable[..., ClusterProcess]
 def cluster_factory(
     request: pytest.FixtureRequest, tmp_path: Path, etcd: EtcdProcess
 ) -> Iterator[ClusterFactory]:
-    """``cluster_factory(brokers=3, configs={...}, env={...})``: a started ClusterProcess on the
-    module's etcd (its own key prefix); all killed at teardown, logs printed on failure."""
-    yield from _clusters(request, lambda n, brokers, configs, env: ClusterProcess(
-        tmp_path / f"cluster-{n}", brokers=brokers, configs=configs, etcd=etcd, env=env))
+    """``cluster_factory(brokers=3, configs={...}, env={...}, **options)``: a started
+    ClusterProcess on the module's etcd (its own key prefix), ``options`` (e.g.
+    ``metrics=True``, ``proxied=True``) passed on; all killed at teardown, logs printed on
+    failure."""
+    yield from _clusters(request, lambda n, brokers, configs, env, options: ClusterProcess(
+        tmp_path / f"cluster-{n}", brokers=brokers, configs=configs, etcd=etcd, env=env,
+        **options))
 
 
 @pytest.fixture
@@ -48,22 +52,24 @@ def netns_cluster_factory(
     """``netns_cluster_factory(brokers=3, configs={...})``: a started ClusterProcess whose
     etcd and brokers each run in a host of ``network`` (hosts ``etcd``, ``b1``.., and
     ``client`` for the test); killed at teardown, logs printed on failure."""
-    yield from _clusters(request, lambda n, brokers, configs, env: ClusterProcess(
+    yield from _clusters(request, lambda n, brokers, configs, env, options: ClusterProcess(
         tmp_path / f"cluster-{n}", brokers=brokers, configs=configs, network=network,
-        env=env))
+        env=env, **options))
 
 
 def _clusters(
     request: pytest.FixtureRequest,
     new: Callable[
-        [int, int, Mapping[str, ConfigValue] | None, Mapping[str, str] | None], ClusterProcess
+        [int, int, Mapping[str, ConfigValue] | None, Mapping[str, str] | None,
+         dict[str, Any]],
+        ClusterProcess,
     ],
 ) -> Iterator[ClusterFactory]:
     made: list[ClusterProcess] = []
 
     def make(brokers: int = 3, configs: Mapping[str, ConfigValue] | None = None,
-             env: Mapping[str, str] | None = None) -> ClusterProcess:
-        cluster = new(len(made), brokers, configs, env)
+             env: Mapping[str, str] | None = None, **options: Any) -> ClusterProcess:
+        cluster = new(len(made), brokers, configs, env, options)
         made.append(cluster)
         return cluster.start()
 

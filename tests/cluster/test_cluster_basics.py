@@ -4,8 +4,10 @@ every broker, leadership moving when a broker dies (session timeout) or shuts do
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -148,17 +150,44 @@ def test_sigterm_moves_leadership_away_before_exit(
         assert after.topics[TOPIC][index].leader_epoch > before.topics[TOPIC][index].leader_epoch
 
 
-def test_start_refuses_a_live_node_id_and_another_clusters_data_dir(
+def waits_seen(log: str) -> int:
+    """The registration attempts a broker 2 logged while node id 2 was registered."""
+    return sum("node id 2 is still registered" in line and "expires in" in line
+               for line in log.splitlines())
+
+
+def test_start_waits_out_a_live_node_id_and_refuses_another_clusters_data_dir(
     cluster: ClusterProcess, tmp_path: Path
 ) -> None:
     assert cluster.etcd is not None
     configs = {**cluster.configs, "metadata.etcd.endpoints": cluster.etcd.endpoint,
                "metadata.etcd.prefix": cluster.prefix}
-    twin = BrokerProcess(tmp_path / "twin", node_id=2, configs=configs, start_timeout=20)
-    with pytest.raises(ServerStartError) as refused:
-        twin.start()
-    assert twin.returncode == 1
-    assert "broker id 2 is registered by a live broker" in refused.value.log
+    # A second broker 2 waits (as Kafka's broker retries its registration) for as long as
+    # the running broker 2 renews its lease, saying so, never takes its place, and stops
+    # cleanly on SIGTERM while it waits.
+    twin = BrokerProcess(tmp_path / "twin", node_id=2, configs=configs)
+    log_path = tmp_path / "twin.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(twin.argv(), stdout=log, stderr=subprocess.STDOUT,
+                                   env=twin.env, cwd=REPO_ROOT)
+    try:
+        # More attempts than fit in two lease TTLs: the live broker 2 renews its lease.
+        attempts = 2 * (int(cluster.configs["broker.session.timeout.ms"])
+                        // int(cluster.configs["broker.heartbeat.interval.ms"]))
+        deadline = time.monotonic() + 30
+        while waits_seen(log_path.read_text()) < attempts:
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)  # polling the log
+        assert cluster.metadata().brokers == {1, 2, 3}
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    finally:
+        process.kill()
+        process.wait()
+    text = log_path.read_text()
+    assert "stopped cleanly before registering" in text
+    assert "broker 2 registered" not in text and "oncelog ready" not in text
 
     foreign = tmp_path / "foreign"
     foreign.mkdir()

@@ -124,8 +124,12 @@ def test_a_live_broker_id_cannot_be_registered_twice(etcd: EtcdProcess) -> None:
         first, second, third = (make_store(etcd, prefix) for _ in range(3))
         try:
             epoch = await first.register_broker(broker(1))
-            with pytest.raises(BrokerIdInUse, match=f"{etcd.endpoint}.*broker id 1"):
+            with pytest.raises(BrokerIdInUse, match=f"{etcd.endpoint}.*broker id 1") as taken:
                 await second.register_broker(broker(1))
+            # Where the holder registered, and its lease's remaining time from etcd.
+            assert taken.value.holder == "127.0.0.1:9001"
+            assert taken.value.expires_in_s is not None
+            assert 0 < taken.value.expires_in_s <= first.lease_ttl_s
             await first.close()
             assert await third.register_broker(broker(1)) > epoch  # a new life, a new epoch
         finally:

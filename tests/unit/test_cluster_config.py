@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,12 @@ def test_dev_cluster_passes_settings_to_every_broker(tmp_path: Path) -> None:
         # The user's settings come last, so they win over the defaults dev-cluster sets.
         assert settings[-2:] == ["transaction.two.phase.commit.enable=true",
                                  "min.insync.replicas=2"]
+
+
+def test_dev_cluster_help_says_how_to_restart_one_broker() -> None:
+    from oncelog.cli.main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    text = sub.choices["dev-cluster"].format_help()
+    assert "`broker N command:` line" in text and "kill -9 PID" in text

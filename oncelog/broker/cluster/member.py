@@ -8,6 +8,12 @@ ids, the handlers' ``EtcdClusterView``, and controlled shutdown. ``Broker`` call
 ``join()`` → ``run(tasks)`` inside its TaskGroup → on SIGTERM ``controlled_shutdown()`` →
 ``close()``.
 
+Registering at start-up waits while the node id is still registered -- after a kill -9,
+the previous life's lease lives on for up to ``broker.session.timeout.ms`` -- trying again
+every ``broker.heartbeat.interval.ms`` with a log line saying why and when that lease
+expires, as Kafka's broker keeps retrying its registration; the start goes on once the old
+lease is gone.
+
 Controlled shutdown (``controlled.shutdown.enable``, Kafka's default true): the broker
 rewrites its registration with ``shutting_down`` (as a KRaft broker's heartbeat asks
 ``wantShutDown``); the controller moves every leadership it holds to another ISR member;
@@ -48,7 +54,12 @@ from oncelog.broker.cluster.view import EtcdClusterView, StoreTopicAdmin
 from oncelog.broker.datadir import load_meta
 from oncelog.broker.partitions import PartitionRegistry
 from oncelog.clock import Clock, SystemClock
-from oncelog.cluster.metadata import BrokerRegistration, MetadataImage, MetadataStoreError
+from oncelog.cluster.metadata import (
+    BrokerIdInUse,
+    BrokerRegistration,
+    MetadataImage,
+    MetadataStoreError,
+)
 from oncelog.cluster.metadata_store import EtcdMetadataStore
 from oncelog.config import BrokerConfig
 from oncelog.errors import KafkaError
@@ -101,12 +112,11 @@ class ClusterMember:
     async def join(
         self, host: str, port: int, listeners: tuple[tuple[str, str, int], ...] = ()
     ) -> None:
-        """Register (BrokerIdInUse if a live broker has this id) at the inter-broker
-        endpoint ``host:port`` with every advertised ``listeners`` (name, host, port), load
-        the image and apply this broker's roles from it."""
+        """Register at the inter-broker endpoint ``host:port`` with every advertised
+        ``listeners`` (name, host, port) -- waiting while this node id is still registered,
+        see ``_register`` --, load the image and apply this broker's roles from it."""
         registration = BrokerRegistration(self.node_id, host, port, listeners=listeners)
-        epoch = await self.store.register_broker(registration)
-        self.registration = dataclasses.replace(registration, epoch=epoch)
+        epoch = await self._register(registration, retried=BrokerIdInUse)
         log.info("broker %d registered at %s:%d, broker epoch %d", self.node_id, host, port,
                  epoch)
         pause_point("broker.registered")
@@ -137,7 +147,9 @@ class ClusterMember:
             self.cache.renotify()
             log.warning("broker %d: session lost; fenced (stopped leading %d partitions) "
                         "until registered again", self.node_id, len(led))
-            epoch = await self._register_again()
+            assert self.registration is not None
+            epoch = await self._register(dataclasses.replace(self.registration, epoch=-1),
+                                         retried=MetadataStoreError)
             await self.cache.wait_for(self._registered_at(epoch))
             self.roles.fenced = False
             self.cache.renotify()
@@ -148,16 +160,35 @@ class ClusterMember:
     def _registered_at(self, epoch: int) -> Callable[[MetadataImage], bool]:
         return lambda image: image.brokers.get(self.node_id, _NOBODY).epoch == epoch
 
-    async def _register_again(self) -> int:
-        assert self.registration is not None
-        registration = dataclasses.replace(self.registration, epoch=-1)
+    async def _register(
+        self, registration: BrokerRegistration, *, retried: type[MetadataStoreError]
+    ) -> int:
+        """Register (a new broker epoch), trying again every ``broker.heartbeat.interval.ms``
+        while the store refuses with ``retried``, one log line per attempt; the epoch.
+
+        At start-up that is ``BrokerIdInUse``: this node id is still registered, usually by
+        this broker's previous life, killed less than ``broker.session.timeout.ms`` ago, until
+        its lease expires (the message says when), as Kafka's broker keeps retrying its
+        registration while the controller still holds the old one; another error stops the
+        start. After a lost session it is any store error (etcd unreachable, the lost lease
+        not expired yet)."""
         backoff_s = int(self.config["broker.heartbeat.interval.ms"]) / 1000
         while True:
             try:
                 epoch = await self.store.register_broker(registration)
-            except MetadataStoreError as exc:  # BrokerIdInUse: the old key not gone yet
-                log.info("broker %d: registering again failed (%s); retrying in %.1fs",
-                         self.node_id, exc, backoff_s)
+            except retried as exc:
+                if isinstance(exc, BrokerIdInUse):
+                    expiry = ("at an unknown time" if exc.expires_in_s is None
+                              else f"in {exc.expires_in_s} s")
+                    log.warning("broker %d: node id %d is still registered, at %s (its lease "
+                                "expires %s unless renewed), by a previous life of this "
+                                "broker killed less than broker.session.timeout.ms ago or by "
+                                "another running broker with this node.id; trying again in "
+                                "%.1f s", self.node_id, self.node_id, exc.holder, expiry,
+                                backoff_s)
+                else:
+                    log.warning("broker %d: registering failed (%s); trying again in %.1f s",
+                                self.node_id, exc, backoff_s)
                 await asyncio.sleep(backoff_s)
                 continue
             self.registration = dataclasses.replace(registration, epoch=epoch)
