@@ -94,12 +94,14 @@ class OncelogParser(argparse.ArgumentParser):
         if flag in self.hints:
             return self.hints[flag]
         if self.siblings is not None:
-            owners = [name for name, parser in self.siblings.choices.items()
-                      if parser is not self and flag in parser._option_string_actions]
+            owners: dict[int, str] = {}  # a command's first name, not its aliases
+            for name, parser in self.siblings.choices.items():
+                if parser is not self and flag in parser._option_string_actions:
+                    owners.setdefault(id(parser), name)
             if owners:
                 parent = self.prog.rsplit(" ", 1)[0]
                 return f"{flag} belongs to " + " or ".join(
-                    f"`{parent} {name}`" for name in dict.fromkeys(owners))
+                    f"`{parent} {name}`" for name in owners.values())
         close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1)
         if close:
             return f"did you mean {close[0]}?"
