@@ -9,6 +9,8 @@
                         [--force]   (else asks for confirmation on a terminal)
     oncelog acls list   [resources] [--principal P] [--resource-pattern-type any|match|...]
 
+kafka-acls.sh's forms work too: ``--add``, ``--remove``, ``--list`` as the action, and the
+``--producer [--idempotent]`` / ``--consumer`` roles (AclCommand's operations for them).
 Operations are Kafka's names (Read, Write, Create, Delete, Alter, Describe, ClusterAction,
 DescribeConfigs, AlterConfigs, IdempotentWrite, TwoPhaseCommit, All; any case); hosts
 default to ``*`` as in kafka-acls.sh. The broker must run with an authorizer
@@ -22,6 +24,7 @@ import sys
 
 from oncelog.cli.common import (
     CommandError,
+    add_hints,
     connection_options,
     open_admin,
     print_table,
@@ -66,7 +69,24 @@ def _options(parser: argparse.ArgumentParser, *, listing: bool) -> None:
                         help="host the deny applies to (repeatable; default *)")
     parser.add_argument("--operation", action="append", default=[], metavar="OP",
                         help="repeatable; default All")
+    parser.add_argument("--producer", action="store_true",
+                        help="the producer role: Write, Describe, Create on --topic, Write, "
+                             "Describe on --transactional-id (instead of --operation)")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="with --producer: IdempotentWrite on the cluster too")
+    parser.add_argument("--consumer", action="store_true",
+                        help="the consumer role: Read, Describe on --topic, Read on --group "
+                             "(instead of --operation)")
     parser.add_argument("--force", action="store_true", help="remove without asking")
+    add_hints(parser, {"--user-principal": "oncelog has no delegation tokens: name the "
+                                           "principal with --allow-principal",
+                       "--delegation-token": "oncelog has no delegation tokens",
+                       "--bootstrap-controller": "oncelog brokers answer admin requests "
+                                                 "themselves: --bootstrap-server HOST:PORT"})
+
+
+# kafka-acls.sh's action flags: `oncelog acls --add ...` is `oncelog acls add ...`.
+KAFKA_ACTIONS = {"--add": "add", "--remove": "remove", "--list": "list"}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -123,7 +143,59 @@ def _named_resources(args: argparse.Namespace
     return resources, _pattern_type(args, PatternType.LITERAL)
 
 
+def _role_operations(args: argparse.Namespace
+                     ) -> dict[ResourceType, list[AclOperation]] | None:
+    """The operations of kafka-acls.sh's --producer / --consumer roles by resource type
+    (AclCommand's producer and consumer ACLs); None without a role."""
+    if not args.producer and not args.consumer:
+        if args.idempotent:
+            raise CommandError("The --idempotent option is only available if --producer is "
+                               "set", 2)
+        return None
+    if args.operation or args.deny_principal or args.deny_host:
+        raise CommandError("--producer and --consumer take no --operation, --deny-principal "
+                           "or --deny-host", 2)
+    if args.producer and not args.topic:
+        raise CommandError("With --producer you must specify a --topic", 2)
+    if args.consumer and (not args.topic or not args.group or (
+            not args.producer and (args.cluster or args.transactional_id))):
+        raise CommandError("With --consumer you must specify a --topic and a --group and no "
+                           "--cluster or --transactional-id option should be specified.", 2)
+    out: dict[ResourceType, list[AclOperation]] = {}
+    if args.producer:
+        out[ResourceType.TOPIC] = [AclOperation.WRITE, AclOperation.DESCRIBE,
+                                   AclOperation.CREATE]
+        out[ResourceType.TRANSACTIONAL_ID] = [AclOperation.WRITE, AclOperation.DESCRIBE]
+        if args.idempotent:
+            out[ResourceType.CLUSTER] = [AclOperation.IDEMPOTENT_WRITE]
+    if args.consumer:
+        topic_ops = out.get(ResourceType.TOPIC, [])
+        out[ResourceType.TOPIC] = topic_ops + [op for op in (
+            AclOperation.READ, AclOperation.DESCRIBE) if op not in topic_ops]
+        out[ResourceType.GROUP] = [AclOperation.READ]
+    return out
+
+
+def _role_bindings(args: argparse.Namespace, roles: dict[ResourceType, list[AclOperation]]
+                   ) -> list[AclBinding]:
+    resources, pattern_type = _named_resources(args)
+    if ResourceType.CLUSTER in roles and not args.cluster:
+        resources.append((ResourceType.CLUSTER, CLUSTER_NAME))
+    bindings = []
+    for rtype, name in resources:
+        pattern = ResourcePattern(rtype, name, PatternType.LITERAL
+                                  if rtype is ResourceType.CLUSTER else pattern_type)
+        for op in roles.get(rtype, []):
+            bindings += [AclBinding(pattern, AccessControlEntry(p, h, op,
+                                                                AclPermissionType.ALLOW))
+                         for p in args.allow_principal for h in args.allow_host or [WILDCARD]]
+    return bindings
+
+
 def _bindings(args: argparse.Namespace) -> list[AclBinding]:
+    roles = _role_operations(args)
+    if roles is not None:
+        return _role_bindings(args, roles)
     resources, pattern_type = _named_resources(args)
     return [AclBinding(ResourcePattern(rtype, name, pattern_type), entry)
             for rtype, name in resources for entry in _entries(args)]
@@ -151,6 +223,12 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def _filters(args: argparse.Namespace) -> list[AclBindingFilter]:
+    roles = _role_operations(args)
+    if roles is not None:
+        return [AclBindingFilter(b.pattern.resource_type, b.pattern.name,
+                                 b.pattern.pattern_type, b.entry.principal, b.entry.host,
+                                 b.entry.operation, b.entry.permission)
+                for b in _role_bindings(args, roles)]
     resources, pattern_type = _named_resources(args)
     entries = _entries(args)
     if not args.allow_principal and not args.deny_principal:  # every ACL of the resources

@@ -8,13 +8,14 @@ error), 2 for usage errors (argparse's own exit code). No traceback reaches the 
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import oncelog
 from oncelog.client.errors import KafkaClientError
@@ -48,17 +49,135 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default %(default)s)" if text else "(default %(default)s)"
 
 
+KAFKA_TOOLS_DOC = "docs/kafka-tools.md"
+
+
 class OncelogParser(argparse.ArgumentParser):
     """The parser of ``oncelog`` and of every sub-command: ``--version`` everywhere, each
-    option's default in its help, sub-command parsers of the same class."""
+    option's default in its help, sub-command parsers of the same class.
+
+    A usage error is reported by the innermost command's parser (``oncelog topics create``,
+    not ``oncelog``): its usage, the error, and a hint naming the right form of a flag it
+    does not take (``hints``: Kafka flags a command handles elsewhere, by flag; else a
+    sibling command that takes the flag, or a close spelling)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
+        # Whole option names only: a Kafka flag oncelog lacks (--formatter) must be refused
+        # with a hint, not taken for one it prefixes (--formatter-config).
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.register("action", "parsers", CommandParsers)
+        self.hints: dict[str, str] = {}
+        self.siblings: CommandParsers | None = None
         if self.add_help:
             self.add_argument("--version", action="version",
                               version=f"oncelog {oncelog.__version__}",
                               help="print the version and exit")
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        text = f"{self.prog}: error: {message}\n"
+        hint = self.hint(message)
+        if hint:
+            text += f"{self.prog}: hint: {hint}\n"
+        self.exit(2, text)
+
+    def hint(self, message: str) -> str:
+        """What to type instead, for an error naming an option this parser refused."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        words = message.split(":", 1)[1].split()
+        flag = next((w.split("=", 1)[0] for w in words if w.startswith("-")), None)
+        if flag is None:
+            return f"`{self.prog} --help` shows what it takes"
+        if flag in self.hints:
+            return self.hints[flag]
+        if self.siblings is not None:
+            owners: dict[int, str] = {}  # a command's first name, not its aliases
+            for name, parser in self.siblings.choices.items():
+                if parser is not self and flag in parser._option_string_actions:
+                    owners.setdefault(id(parser), name)
+            if owners:
+                parent = self.prog.rsplit(" ", 1)[0]
+                return f"{flag} belongs to " + " or ".join(
+                    f"`{parent} {name}`" for name in owners.values())
+        close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1)
+        if close:
+            return f"did you mean {close[0]}?"
+        return (f"`{self.prog} --help` lists its options; {KAFKA_TOOLS_DOC} maps Kafka's "
+                "tools and flags to oncelog's")
+
+
+if TYPE_CHECKING:
+    _SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    _SubParsers = argparse._SubParsersAction
+
+
+class CommandParsers(_SubParsers):
+    """Sub-commands whose parser reports its own errors: an option the chosen command does
+    not take is refused there, with that command's usage (argparse's own action hands it
+    up to the top-level parser, whose usage says nothing about the command)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser = super().add_parser(name, **kwargs)
+        if isinstance(parser, OncelogParser):
+            parser.siblings = self
+        return parser
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        # The innermost command's parser, for usage errors its handler finds (run_command).
+        vars(namespace).setdefault("command_parser", self._name_parser_map[values[0]])
+        extras = getattr(namespace, argparse._UNRECOGNIZED_ARGS_ATTR, None)
+        if extras:
+            delattr(namespace, argparse._UNRECOGNIZED_ARGS_ATTR)
+            self._name_parser_map[values[0]].error(
+                "unrecognized arguments: " + " ".join(extras))
+
+
+def add_hints(parser: argparse.ArgumentParser, hints: Mapping[str, str]) -> None:
+    """Hints for flags ``parser`` refuses (a Kafka flag another command handles, ...)."""
+    if isinstance(parser, OncelogParser):
+        parser.hints.update(hints)
+
+
+def command_parsers(parser: argparse.ArgumentParser) -> CommandParsers | None:
+    """The sub-commands of ``parser`` (None if it has none)."""
+    return next((action for action in parser._actions if isinstance(action, CommandParsers)),
+                None)
+
+
+def kafka_form(parser: argparse.ArgumentParser, words: Sequence[str],
+               actions: Mapping[str, str], *, leading_options: bool = False) -> list[str]:
+    """``oncelog COMMAND ...`` as its sub-command parser reads it, from the form of the Kafka
+    tool it mirrors: kafka-topics.sh's ``--create --topic X`` is ``create --topic X`` (one
+    action flag of ``actions`` names the sub-command), and with ``leading_options``
+    kafka-transactions.sh's ``--bootstrap-server B describe ...`` is ``describe
+    --bootstrap-server B ...``. ``words`` start with COMMAND; oncelog's own form (the
+    sub-command first) is returned as it is."""
+    commands = command_parsers(parser)
+    command = commands.choices.get(words[0]) if commands is not None else None
+    names = command_parsers(command) if command is not None else None
+    if command is None or names is None:
+        return list(words)
+    rest = list(words[1:])
+    if rest and rest[0] in names.choices:
+        return list(words)
+    found = list(dict.fromkeys(word for word in rest if word in actions))
+    if len(found) > 1:
+        command.error(f"give one action, not {' and '.join(found)}: the actions are "
+                      f"{', '.join(actions)}")
+    if found:
+        rest.remove(found[0])
+        return [words[0], actions[found[0]], *rest]
+    if leading_options:
+        at = next((i for i, word in enumerate(rest) if word in names.choices), None)
+        if at:
+            return [words[0], rest[at], *rest[:at], *rest[at + 1:]]
+    return list(words)
 
 
 @contextmanager
@@ -116,8 +235,11 @@ def command_configs(args: argparse.Namespace) -> dict[str, object]:
         raise CommandError(f"cannot read --command-config {path}: {exc.strerror}", 2) from None
 
 
-def connection_options() -> argparse.ArgumentParser:
-    """A parent parser with the options of every command that talks to a broker."""
+def connection_options(verbose_flags: Sequence[str] = ("-v", "--verbose")
+                       ) -> argparse.ArgumentParser:
+    """A parent parser with the options of every command that talks to a broker
+    (``verbose_flags``: those that log the client's activity, less any the Kafka tool a
+    command mirrors gives another meaning)."""
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("connection")
     add_bootstrap_option(group)
@@ -125,7 +247,8 @@ def connection_options() -> argparse.ArgumentParser:
         "--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
         help=f"give up on an operation after this long (default {DEFAULT_TIMEOUT_MS})",
     )
-    group.add_argument("-v", "--verbose", action="store_true", help="log client activity")
+    group.add_argument(*verbose_flags, dest="log_client", action="store_true",
+                       help="log client activity")
     return parent
 
 
@@ -169,13 +292,16 @@ def run_command(
 ) -> int:
     """Run ``body``, turning every failure into one line on stderr and an exit code."""
     logging.basicConfig(
-        level=logging.DEBUG if getattr(args, "verbose", False) else logging.CRITICAL,
+        level=logging.DEBUG if getattr(args, "log_client", False) else logging.CRITICAL,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     try:
         return body(args)
     except CommandError as exc:
+        parser = getattr(args, "command_parser", None)
+        if exc.exit_code == 2 and parser is not None:  # a usage error: with the usage
+            parser.print_usage(sys.stderr)
         print(f"oncelog: {exc}", file=sys.stderr)
         return exc.exit_code
     except KafkaClientError as exc:

@@ -3,21 +3,32 @@
     oncelog configs --entity-type topics --entity-name T --describe [--all]
     oncelog configs --entity-type brokers --entity-name 1 --alter --add-config k=v,k2=[a,b]
     oncelog configs --entity-type brokers --entity-default --alter --delete-config k
+    oncelog configs --topic T --describe     (kafka-configs.sh's entity flags: --topic,
+                                              --broker ID, --broker-defaults)
 
 ``--describe`` prints, per entity, the configs set on that entity itself (a topic's
 overrides, a broker's dynamic configs, the cluster-wide broker defaults); ``--all`` prints
 every config with where its value comes from. Without an entity name every topic (or every
 broker and the cluster default) is described. ``--alter`` sends one IncrementalAlterConfigs:
-SET for each ``--add-config`` pair, DELETE for each ``--delete-config`` name (which must be
-set, as kafka-configs.sh checks). Output lines are kafka-configs.sh's.
+SET for each ``--add-config`` pair (or ``--add-config-file`` line), DELETE for each
+``--delete-config`` name (which must be set, as kafka-configs.sh checks). Output lines are
+kafka-configs.sh's; a named topic or broker that does not exist is an error (exit 1), said
+before anything is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
-from oncelog.cli.common import CommandError, connection_options, open_admin, run_command
+from oncelog.cli.common import (
+    CommandError,
+    add_hints,
+    connection_options,
+    open_admin,
+    run_command,
+)
 from oncelog.client import (
     Admin,
     AlterConfigOp,
@@ -27,6 +38,7 @@ from oncelog.client import (
     ConfigResourceType,
     ConfigSource,
 )
+from oncelog.config import parse_properties
 
 ENTITY_TYPES = {"topics": ConfigResourceType.TOPIC, "brokers": ConfigResourceType.BROKER}
 # A comma or '=' outside square brackets (so "k=[a,b]" stays one list value).
@@ -34,16 +46,27 @@ _OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"
 _KEY = re.compile(r"[a-zA-Z0-9._-]*")
 
 
+NOT_HERE = ("oncelog configs handles topics and brokers (--topic, --broker, "
+            "--broker-defaults, or --entity-type topics|brokers)")
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("configs", parents=[connection_options()],
                        help="describe or alter topic and broker configs (kafka-configs.sh)")
-    p.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES),
-                   help="the kind of entity: topics or brokers")
+    p.add_argument("--entity-type", default=None, choices=sorted(ENTITY_TYPES),
+                   help="the kind of entity: topics or brokers (or use --topic, --broker, "
+                        "--broker-defaults)")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--entity-name", default=None,
                         help="the topic name or the broker id")
     target.add_argument("--entity-default", action="store_true",
                         help="the cluster-wide default of every broker (brokers only)")
+    p.add_argument("--topic", default=None,
+                   help="the topic: --entity-type topics --entity-name TOPIC")
+    p.add_argument("--broker", default=None, metavar="ID",
+                   help="the broker: --entity-type brokers --entity-name ID")
+    p.add_argument("--broker-defaults", action="store_true",
+                   help="every broker's default: --entity-type brokers --entity-default")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="list configs")
     action.add_argument("--alter", action="store_true", help="change configs")
@@ -51,8 +74,36 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="with --describe: every config and its source, not only those set")
     p.add_argument("--add-config", default=None, metavar="K=V[,K=V...]",
                    help="configs to set; a list value goes in brackets: k=[a,b]")
+    p.add_argument("--add-config-file", type=Path, default=None, metavar="FILE",
+                   help="a properties file of configs to set (instead of --add-config)")
     p.add_argument("--delete-config", action="append", default=[], metavar="K[,K...]",
                    help="configs to remove (back to their default)")
+    add_hints(p, {flag: NOT_HERE for flag in (
+        "--group", "--user", "--client", "--ip", "--client-metrics", "--broker-logger",
+        "--user-defaults", "--client-defaults", "--ip-defaults")})
+    add_hints(p, {"--bootstrap-controller": "oncelog brokers answer admin requests "
+                                            "themselves: --bootstrap-server HOST:PORT"})
+
+
+def _entity(args: argparse.Namespace) -> tuple[str, str | None, bool]:
+    """(entity type, entity name, entity default) from --entity-type/--entity-name/
+    --entity-default or from one of kafka-configs.sh's entity flags."""
+    flags = [(kind, name, default) for given, kind, name, default in (
+        (args.topic is not None, "topics", args.topic, False),
+        (args.broker is not None, "brokers", args.broker, False),
+        (args.broker_defaults, "brokers", None, True),
+    ) if given]
+    if flags:
+        if args.entity_type or args.entity_name is not None or args.entity_default:
+            raise CommandError("--entity-{type,name,default} should not be used in "
+                               "conjunction with specific entity flags", 2)
+        if len(flags) > 1:
+            raise CommandError("give one entity: --topic, --broker or --broker-defaults", 2)
+        return flags[0]
+    if args.entity_type is None:
+        raise CommandError("At least one entity type must be specified: --entity-type "
+                           "topics|brokers, --topic, --broker or --broker-defaults", 2)
+    return args.entity_type, args.entity_name, args.entity_default
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,17 +164,23 @@ def _entries(admin: Admin, resource: ConfigResource, describe_all: bool,
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
+    args.entity_type, args.entity_name, args.entity_default = _entity(args)
     if args.entity_default and args.entity_type != "brokers":
         raise CommandError("--entity-default applies to --entity-type brokers only", 2)
     if args.alter:
         if args.entity_name is None and not args.entity_default:
             raise CommandError("--entity-name or --entity-default must be specified with "
                                "--alter", 2)
-        if args.add_config is None and not args.delete_config:
-            raise CommandError("--alter needs --add-config or --delete-config", 2)
+        if args.add_config is not None and args.add_config_file is not None:
+            raise CommandError("Only one of --add-config or --add-config-file must be "
+                               "specified", 2)
+        if args.add_config is None and args.add_config_file is None and not args.delete_config:
+            raise CommandError("--alter needs --add-config, --add-config-file or "
+                               "--delete-config", 2)
         return _alter(args)
-    if args.add_config is not None or args.delete_config:
-        raise CommandError("--add-config and --delete-config go with --alter", 2)
+    if args.add_config is not None or args.add_config_file is not None or args.delete_config:
+        raise CommandError("--add-config, --add-config-file and --delete-config go with "
+                           "--alter", 2)
     return _describe(args)
 
 
@@ -131,25 +188,47 @@ def _describe(args: argparse.Namespace) -> int:
     with open_admin(args) as admin:
         if args.entity_name is not None or args.entity_default:
             resources = [_resource(args, args.entity_name)]
+            _ensure_exists(admin, args.entity_type, args.entity_name)
         elif args.entity_type == "topics":
             resources = [_resource(args, t) for t in sorted(admin.list_topics(internal=True))]
         else:
             nodes = sorted(admin.describe_cluster().brokers)
             resources = [_resource(args, str(n)) for n in nodes] + [_resource(args, None)]
         for resource in resources:
+            entries = _entries(admin, resource, args.all, include_synonyms=True)
             if resource.type == ConfigResourceType.BROKER and resource.name == "":
                 print(f"Default configs for {args.entity_type} in the cluster are:")
             else:
                 kind = "All" if args.all else "Dynamic"
                 print(f"{kind} configs for {args.entity_type[:-1]} {resource.name} are:")
-            for entry in _entries(admin, resource, args.all, include_synonyms=True):
+            for entry in entries:
                 print(format_entry(entry))
     return 0
 
 
+def _ensure_exists(admin: Admin, entity_type: str, name: str | None) -> None:
+    """A named topic or broker must exist, said before anything is printed."""
+    if name is None:
+        return
+    if entity_type == "topics":
+        known = set(admin.list_topics(internal=True))
+    else:
+        known = {str(n) for n in admin.describe_cluster().brokers}
+    if name not in known:
+        raise CommandError(f"The {entity_type[:-1]} '{name}' doesn't exist and doesn't "
+                           "have dynamic config.")
+
+
 def _alter(args: argparse.Namespace) -> int:
     resource = _resource(args, args.entity_name)
-    to_set = parse_add_config(args.add_config) if args.add_config is not None else {}
+    if args.add_config_file is not None:
+        try:
+            to_set = dict(parse_properties(args.add_config_file.read_text()))
+        except OSError as exc:
+            raise CommandError(f"cannot read --add-config-file {args.add_config_file}: "
+                               f"{exc.strerror}", 2) from None
+    else:
+        to_set = parse_add_config(args.add_config) if args.add_config is not None else {}
     to_delete = [name.strip() for item in args.delete_config for name in item.split(",")
                  if name.strip()]
     with open_admin(args) as admin:

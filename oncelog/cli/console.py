@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -28,21 +29,38 @@ from typing import Any, TextIO
 from oncelog.cli.common import (
     CommandError,
     add_bootstrap_option,
+    add_hints,
     admin_config,
     command_configs,
     open_admin,
     run_command,
 )
-from oncelog.client import Consumer, Message, Producer, TopicPartition
+from oncelog.client import Admin, Consumer, Message, Producer, TopicPartition
 from oncelog.client.errors import KafkaClientError
+from oncelog.config import parse_properties
 
 FORMATS = ("text", "json")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 PRODUCER_PROPERTIES = {
     "parse.key": "false", "key.separator": "\t", "parse.headers": "false",
     "headers.delimiter": "\t", "headers.separator": ",", "headers.key.separator": ":",
-    "null.marker": "",
+    "null.marker": "", "ignore.error": "false",
 }
+# kafka-console-producer.sh's producer flags, each the producer config it sets.
+PRODUCER_FLAGS = {
+    "--batch-size": ("batch.size", "bytes of a partition's batch"),
+    "--max-partition-memory-bytes": ("batch.size", "the same (deprecated name)"),
+    "--max-memory-bytes": ("buffer.memory", "bytes of records waiting to be sent"),
+    "--max-block-ms": ("max.block.ms", "how long a send may block"),
+    "--message-send-max-retries": ("retries", "retries of a failed send"),
+    "--metadata-expiry-ms": ("metadata.max.age.ms", "refresh metadata this often"),
+    "--request-timeout-ms": ("request.timeout.ms", "wait this long for a produce answer"),
+    "--retry-backoff-ms": ("retry.backoff.ms", "wait this long before a retry"),
+    "--socket-buffer-size": ("send.buffer.bytes", "the socket's send buffer"),
+    "--timeout": ("linger.ms", "wait this long to fill a batch"),
+}
+JAVA_CLASS_HINT = ("oncelog reads and prints text or JSON itself: --format json, and "
+                   "--property (--reader-property / --formatter-property) print.* or parse.*")
 CONSUMER_PROPERTIES = {
     "print.key": "false", "print.value": "true", "print.headers": "false",
     "print.offset": "false", "print.partition": "false", "print.timestamp": "false",
@@ -72,12 +90,43 @@ def _true(text: str) -> bool:
 
 
 def _format_and_properties(p: argparse.ArgumentParser, direction: str, whose: str,
-                           known: dict[str, str]) -> None:
+                           known: dict[str, str], kafka_name: str) -> None:
     p.add_argument("--format", choices=FORMATS, default="text", help=f"{direction} format")
-    p.add_argument("--property", type=_property, action="append", default=[],
-                   metavar="KEY=VALUE",
+    p.add_argument("--property", f"--{kafka_name}-property", dest="property", type=_property,
+                   action="append", default=[], metavar="KEY=VALUE",
                    help=f"{whose} property, repeatable: "
                         + ", ".join(f"{k} (default {v!r})" for k, v in known.items()))
+    p.add_argument(f"--{kafka_name}-config", dest="property_file", type=Path, default=None,
+                   metavar="FILE", help=f"a properties file of {whose} properties "
+                                        "(--property overrides it)")
+
+
+def _client_options(p: argparse.ArgumentParser, role: str) -> None:
+    """kafka-console-{role}.sh's client configs: --command-property K=V (and its deprecated
+    --{role}-property), --{role}.config FILE as --command-config."""
+    p.add_argument("--command-property", f"--{role}-property", dest="client_property",
+                   type=_property, action="append", default=[], metavar="KEY=VALUE",
+                   help=f"a {role} config, repeatable (over --command-config)")
+    p.add_argument(f"--{role}.config", dest="command_config", type=Path,
+                   default=argparse.SUPPRESS, metavar="FILE",
+                   help="the same as --command-config (kafka-console tools' older name)")
+
+
+def _client_configs(args: argparse.Namespace) -> dict[str, object]:
+    """The client configs of --command-config then --command-property."""
+    return {**command_configs(args), **dict(args.client_property)}
+
+
+def _all_properties(args: argparse.Namespace, known: dict[str, str]) -> dict[str, str]:
+    """The reader's / formatter's properties: the file's, then --property's."""
+    pairs: list[tuple[str, str]] = []
+    if args.property_file is not None:
+        try:
+            pairs += parse_properties(args.property_file.read_text()).items()
+        except OSError as exc:
+            raise CommandError(f"cannot read {args.property_file}: {exc.strerror}",
+                               2) from None
+    return _properties(pairs + list(args.property), known)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -92,15 +141,25 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--file", type=Path, default=None,
                    help="read this file instead of stdin (default: stdin)")
     _format_and_properties(p, "input", "kafka-console-producer.sh reader",
-                           PRODUCER_PROPERTIES)
+                           PRODUCER_PROPERTIES, "reader")
+    _client_options(p, "producer")
     p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
                    help="a header added to every record, repeatable (default: none)")
     p.add_argument("--partition", type=int, default=None,
                    help="write every record to this partition (default: by key, or spread)")
-    p.add_argument("--acks", choices=("all", "-1", "0", "1"), default="all",
-                   help="acknowledgements to wait for")
+    p.add_argument("--acks", "--request-required-acks", choices=("all", "-1", "0", "1"),
+                   default=None, help="acknowledgements to wait for (default all)")
     p.add_argument("--compression-type", choices=COMPRESSIONS, default="none",
                    help="compression of the batches")
+    p.add_argument("--compression-codec", dest="compression_type", nargs="?", const="gzip",
+                   choices=COMPRESSIONS, default=argparse.SUPPRESS,
+                   help="the same, as kafka-console-producer.sh takes it (alone: gzip)")
+    p.add_argument("--sync", action="store_true",
+                   help="send one record at a time, each acknowledged before the next")
+    for flag, (config, what) in PRODUCER_FLAGS.items():
+        p.add_argument(flag, dest=f"config:{config}", type=int, default=argparse.SUPPRESS,
+                       metavar="N", help=f"{what}: the producer's {config}")
+    add_hints(p, {"--line-reader": JAVA_CLASS_HINT})
     p.add_argument("--transactional-id", default=None, metavar="ID",
                    help="send in transactions with this transactional id (default: none, "
                         "idempotent only)")
@@ -119,7 +178,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "not shown. 'Processed a total of N messages' goes to stderr at the end.",
     )
     add_bootstrap_option(c)
-    c.add_argument("--topic", required=True, help="topic to read")
+    c.add_argument("--topic", default=None, help="topic to read")
+    c.add_argument("--include", default=None, metavar="REGEX",
+                   help="instead of --topic: every topic (not internal) this regular "
+                        "expression matches whole, as found at start")
     c.add_argument("--group", default=None,
                    help="consume as this consumer group, committing its offsets (default: no "
                         "group, all partitions assigned, nothing committed)")
@@ -142,7 +204,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    default="read_committed",
                    help="read_uncommitted also shows open and aborted transactions' records")
     _format_and_properties(c, "output", "kafka-console-consumer.sh formatter",
-                           CONSUMER_PROPERTIES)
+                           CONSUMER_PROPERTIES, "formatter")
+    _client_options(c, "consumer")
+    c.add_argument("--skip-message-on-error", action="store_true",
+                   help="accepted for kafka-console-consumer.sh: oncelog prints every "
+                        "record (bytes that are not UTF-8 as replacement characters)")
+    add_hints(c, {flag: JAVA_CLASS_HINT for flag in (
+        "--formatter", "--key-deserializer", "--value-deserializer")})
     for field in ("key", "headers", "offset", "partition", "timestamp"):
         c.add_argument(f"--print-{field}", action="store_true",
                        help=f"print each record's {field} (as --property print.{field}=true)")
@@ -161,7 +229,7 @@ Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int |
 def _text_records(lines: Iterator[str], props: dict[str, str],
                   headers: list[tuple[str, bytes | None]]) -> Iterator[Record]:
     parse_key, parse_headers = _true(props["parse.key"]), _true(props["parse.headers"])
-    null = props["null.marker"]
+    null, ignore_error = props["null.marker"], _true(props["ignore.error"])
 
     def field(text: str) -> bytes | None:
         return None if null and text == null else text.encode()
@@ -169,21 +237,29 @@ def _text_records(lines: Iterator[str], props: dict[str, str],
     for number, line in enumerate(lines, start=1):
         line = line.rstrip("\r\n")
         record_headers = list(headers)
+        # ignore.error: a missing delimiter or separator leaves the line to the value
+        # (and a header without a key separator has no value), as Kafka's LineMessageReader.
         if parse_headers:
-            head, sep, line = line.partition(props["headers.delimiter"])
-            if not sep:
+            head, sep, rest = line.partition(props["headers.delimiter"])
+            if sep:
+                line = rest
+                for item in filter(None, head.split(props["headers.separator"])):
+                    name, has_value, value = item.partition(props["headers.key.separator"])
+                    if not has_value and not ignore_error:
+                        raise CommandError(f"line {number}: no header key separator "
+                                           f"{props['headers.key.separator']!r} in {item!r}")
+                    record_headers.append((name, field(value) if has_value else None))
+            elif not ignore_error:
                 raise CommandError(f"line {number}: no headers delimiter "
                                    f"{props['headers.delimiter']!r}")
-            for item in filter(None, head.split(props["headers.separator"])):
-                name, _, value = item.partition(props["headers.key.separator"])
-                record_headers.append((name, field(value)))
         key = None
         if parse_key:
-            key_text, sep, line = line.partition(props["key.separator"])
-            if not sep:
+            key_text, sep, rest = line.partition(props["key.separator"])
+            if sep:
+                key, line = field(key_text), rest
+            elif not ignore_error:
                 raise CommandError(f"line {number}: no key separator "
                                    f"{props['key.separator']!r} (parse.key=true)")
-            key = field(key_text)
         yield key, field(line), record_headers, None
 
 
@@ -229,7 +305,7 @@ def _lines(args: argparse.Namespace) -> Iterator[str]:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    props = _properties(args.property, PRODUCER_PROPERTIES)
+    props = _all_properties(args, PRODUCER_PROPERTIES)
     headers: list[tuple[str, bytes | None]] = []
     for item in args.header:
         name, sep, value = item.partition("=")
@@ -243,12 +319,17 @@ def cmd_produce(args: argparse.Namespace) -> int:
     timeout = max(1, args.timeout_ms)
     producer_config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap_server, "client.id": "oncelog-console-producer",
-        "acks": args.acks, "compression.type": args.compression_type,
+        "acks": "all", "compression.type": args.compression_type,
         "delivery.timeout.ms": max(timeout, 1000), "request.timeout.ms": timeout,
         "max.block.ms": timeout, "allow.auto.create.topics": True,
-        **command_configs(args),
+        **_client_configs(args),
     }
-    if args.acks in ("0", "1"):
+    if args.acks is not None:
+        producer_config["acks"] = args.acks
+    # kafka-console-producer.sh's flags override the configs, as there.
+    producer_config.update({key.split(":", 1)[1]: value for key, value in vars(args).items()
+                            if key.startswith("config:")})
+    if str(producer_config["acks"]) in ("0", "1"):
         producer_config["enable.idempotence"] = False
     if args.transactional_id is not None:
         producer_config["transactional.id"] = args.transactional_id
@@ -283,6 +364,8 @@ def _produce(producer: Producer, args: argparse.Namespace, records: Iterator[Rec
             target = args.partition if partition is None else partition
             futures.append(producer.send(args.topic, value, key=key, partition=target,
                                          headers=headers))
+            if args.sync:
+                futures[-1].result(timeout_s)
             in_txn += 1
             sent += 1
             if transactional and in_txn == args.commit_every:
@@ -328,13 +411,8 @@ def _start_positions(consumer: Consumer, args: argparse.Namespace,
             consumer.seek_to_beginning(partitions)
         elif args.offset == "latest":
             consumer.seek_to_end(partitions)
-        elif args.offset.isdigit():
-            if args.partition is None:
-                raise CommandError("--offset N needs --partition", 2)
+        else:  # a number, with --partition (_check_consume_args)
             consumer.seek(partitions[0], int(args.offset))
-        else:
-            raise CommandError(f"--offset expects N, earliest or latest, got {args.offset!r}",
-                               2)
     elif args.from_timestamp is not None:
         when = _parse_time(args.from_timestamp)
         found = consumer._run(consumer._core.list_offsets(partitions, when))
@@ -352,7 +430,7 @@ def _text(data: bytes | None, null: str) -> str:
 
 class Formatter:
     def __init__(self, args: argparse.Namespace) -> None:
-        props = _properties(args.property, CONSUMER_PROPERTIES)
+        props = _all_properties(args, CONSUMER_PROPERTIES)
         self.json = args.format == "json"
         self.props = props
         self.show = {field: getattr(args, f"print_{field}") or _true(props[f"print.{field}"])
@@ -391,23 +469,51 @@ def _json_text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
+def _check_consume_args(args: argparse.Namespace) -> None:
+    """kafka-console-consumer.sh's argument checks (and oncelog's own), made before anything
+    is printed or any broker is asked."""
+    if (args.topic is None) == (args.include is None):
+        raise CommandError("Exactly one of --include/--topic is required.", 2)
+    if args.partition is not None and args.topic is None:
+        raise CommandError("The topic is required when partition is specified.", 2)
+    if args.offset is not None:
+        if args.group is not None:
+            raise CommandError("--offset cannot be used with --group", 2)
+        if args.offset not in ("earliest", "latest"):
+            if not args.offset.isdigit():
+                raise CommandError(f"The provided offset value '{args.offset}' is incorrect. "
+                                   "Valid values are 'earliest', 'latest', or a non-negative "
+                                   "long.", 2)
+            if args.partition is None:
+                raise CommandError("The partition is required when offset is specified.", 2)
+    if args.from_timestamp is not None:
+        _parse_time(args.from_timestamp)
+        if args.group is not None and args.partition is None:
+            raise CommandError("--from-timestamp with --group needs --partition", 2)
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
+    extra = _client_configs(args)
+    group = args.group if args.group is not None else extra.get("group.id")
+    if args.group is not None and extra.get("group.id") not in (None, args.group):
+        raise CommandError("The group ids provided in different places (directly using "
+                           "'--group', via '--consumer-property', or via '--consumer.config') "
+                           f"do not match. Detected group ids: '{args.group}', "
+                           f"'{extra['group.id']}'", 2)
+    args.group = None if group is None else str(group)
+    _check_consume_args(args)
     formatter = Formatter(args)
-    if args.offset is not None and args.group is not None:
-        raise CommandError("--offset cannot be used with --group", 2)
     conn = argparse.Namespace(bootstrap_server=args.bootstrap_server, timeout_ms=30000,
                               command_config=args.command_config)
     config: dict[str, Any] = {
         **admin_config(conn), "client.id": "oncelog-console-consumer",
         "isolation.level": args.isolation_level,
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        **extra,
     }
     with open_admin(conn) as admin:
-        try:
-            count = admin.describe_topics([args.topic])[args.topic].num_partitions
-        except KafkaClientError:
-            raise CommandError(f"topic {args.topic!r} does not exist") from None
-    if args.partition is not None and not 0 <= args.partition < count:
+        counts = _topics_to_read(admin, args)
+    if args.partition is not None and not 0 <= args.partition < counts[args.topic]:
         raise CommandError(f"topic {args.topic!r} has no partition {args.partition}")
     if args.group is not None:
         # Commit what was printed, at the end: not records polled but left unprinted.
@@ -417,12 +523,13 @@ def cmd_consume(args: argparse.Namespace) -> int:
     printed: dict[TopicPartition, int] = {}
     try:
         if args.group is not None and args.partition is None:
-            consumer.subscribe([args.topic])
-            if args.from_timestamp is not None:
-                raise CommandError("--from-timestamp with --group needs --partition", 2)
+            consumer.subscribe(sorted(counts))
         else:
-            parts = ([args.partition] if args.partition is not None else range(count))
-            partitions = [TopicPartition(args.topic, p) for p in parts]
+            if args.partition is not None:
+                partitions = [TopicPartition(args.topic, args.partition)]
+            else:
+                partitions = [TopicPartition(topic, p) for topic, count in sorted(counts.items())
+                              for p in range(count)]
             consumer.assign(partitions)
             if args.group is None or args.from_beginning or args.from_timestamp:
                 _start_positions(consumer, args, partitions)
@@ -436,6 +543,24 @@ def cmd_consume(args: argparse.Namespace) -> int:
         consumer.close()
         print(f"Processed a total of {processed} messages", file=sys.stderr)
     return 0
+
+
+def _topics_to_read(admin: Admin, args: argparse.Namespace) -> dict[str, int]:
+    """Partition count of --topic, or of each topic --include matches."""
+    if args.topic is not None:
+        try:
+            return {args.topic: admin.describe_topics([args.topic])[args.topic].num_partitions}
+        except KafkaClientError:
+            raise CommandError(f"topic {args.topic!r} does not exist") from None
+    try:
+        pattern = re.compile(args.include)
+    except re.error as exc:
+        raise CommandError(f"--include is not a regular expression: {exc}", 2) from None
+    found = {name: count for name, count in admin.list_topics().items()
+             if pattern.fullmatch(name)}
+    if not found:
+        raise CommandError(f"no topic matches --include {args.include!r}")
+    return found
 
 
 def _consume_loop(consumer: Consumer, args: argparse.Namespace, formatter: Formatter,

@@ -24,7 +24,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
-from oncelog.cli.common import BROKEN_PIPE_EXIT, OncelogParser, exit_quietly_on_broken_pipe
+from oncelog.cli.common import (
+    BROKEN_PIPE_EXIT,
+    OncelogParser,
+    exit_quietly_on_broken_pipe,
+    kafka_form,
+)
 from oncelog.cli.event_loop import (
     ENV_VARIABLE,
     EVENT_LOOPS,
@@ -231,7 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     # A known command's parser alone; anything else (--help, a typo) gets the whole one.
     command = words[0] if words and (words[0] == "serve" or words[0] in TOOLS) else None
-    args = build_parser(command).parse_args(words)
+    parser = build_parser(command)
+    if command in TOOLS:
+        module = _tool_module(TOOLS[command])
+        words = kafka_form(parser, words, getattr(module, "KAFKA_ACTIONS", {}),
+                           leading_options=getattr(module, "KAFKA_LEADING_OPTIONS", False))
+    args = parser.parse_args(words)
     with exit_quietly_on_broken_pipe():
         if args.command == "serve":
             return serve(args)

@@ -11,6 +11,10 @@ kafka-transactions.sh, plus KIP-939's force-terminate).
 - ``force-terminate ID``: abort a transactional id's transaction, prepared 2PC ones
   included, and fence its producer (InitProducerId without KeepPreparedTxn).
 
+kafka-transactions.sh's forms work too: ``--bootstrap-server B`` before the command,
+``describe-producers``, ``forceTerminateTransaction --transactionalId ID``, ``list
+--duration-filter MS --transactional-id-pattern REGEX``.
+
 Two-phase-commit transactions (KIP-939) are those the coordinator reports with the timeout
 2147483647 ms: they never time out. ``list`` and ``describe`` show them in a
 ``TwoPhaseCommit`` column.
@@ -19,6 +23,7 @@ Two-phase-commit transactions (KIP-939) are those the coordinator reports with t
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 from oncelog.cli.common import (
@@ -51,6 +56,11 @@ STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
 
 
+# kafka-transactions.sh takes its connection options before the command
+# (`--bootstrap-server B describe --transactional-id T`): so does `oncelog txn`.
+KAFKA_LEADING_OPTIONS = True
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     conn = connection_options()
     txn = sub.add_parser(
@@ -64,8 +74,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="only transactions in this state (repeatable)")
     p.add_argument("--producer-id", action="append", type=int, default=[],
                    help="only this producer id (repeatable)")
-    p.add_argument("--duration-filter-ms", type=int, default=-1, metavar="MS",
-                   help="only transactions running longer than this")
+    p.add_argument("--duration-filter-ms", "--duration-filter", type=int, default=-1,
+                   metavar="MS", help="only transactions running longer than this "
+                                      "(--duration-filter: kafka-transactions.sh's name)")
+    p.add_argument("--transactional-id-pattern", default=None, metavar="REGEX",
+                   help="only transactional ids this regular expression matches whole")
     p.set_defaults(handler=cmd_list)
 
     p = commands.add_parser("describe", parents=[conn],
@@ -105,13 +118,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--topic", required=True, help="topic of the partition")
     p.add_argument("--partition", type=int, required=True, help="the partition")
+    p.add_argument("--broker-id", type=int, default=None,
+                   help="ask the replica on this broker (default: the partition's leader)")
     p.set_defaults(handler=cmd_producers)
 
     p = commands.add_parser(
-        "force-terminate", parents=[conn],
+        "force-terminate", parents=[conn], aliases=["forceTerminateTransaction"],
         help="abort a transactional id's transaction, even a prepared 2PC one (KIP-939)",
     )
     _transactional_id_args(p)
+    p.add_argument("--transactionalId", dest="transactional_id", default=None,
+                   help="the same, as kafka-transactions.sh forceTerminateTransaction takes it")
     p.set_defaults(handler=cmd_force_terminate)
 
 
@@ -148,11 +165,20 @@ def _describe_one(admin: Admin, txn_id: str) -> TransactionDescription:
 # ------------------------------------------------------------------------------ list
 
 def cmd_list(args: argparse.Namespace) -> int:
+    pattern = None
+    if args.transactional_id_pattern is not None:
+        try:
+            pattern = re.compile(args.transactional_id_pattern)
+        except re.error as exc:
+            raise CommandError(f"--transactional-id-pattern is not a regular expression: "
+                               f"{exc}", 2) from None
     with open_admin(args) as admin:
         listings = admin.list_transactions(
             states=args.state, producer_ids=args.producer_id,
             duration_filter_ms=args.duration_filter_ms,
         )
+        if pattern is not None:
+            listings = [t for t in listings if pattern.fullmatch(t.transactional_id)]
         rows = []
         for t in sorted(listings, key=lambda t: (t.coordinator_id, t.transactional_id)):
             try:
@@ -295,7 +321,7 @@ def cmd_producers(args: argparse.Namespace) -> int:
     tp = TopicPartition(args.topic, args.partition)
     with open_admin(args) as admin:
         _partitions_to_search(admin, args.topic, args.partition, None)
-        producers = admin.describe_producers([tp])[tp]
+        producers = admin.describe_producers([tp], broker_id=args.broker_id)[tp]
     print_table(PRODUCERS_HEADERS, [
         (p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
          p.last_timestamp, p.current_txn_start_offset)

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from oncelog.ui.server import Console, bind_console, console_url, serve_console
 
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.log_client else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
     )
     console = Console(args.bootstrap_server,

@@ -189,9 +189,11 @@ class Admin:
         return dict(self._run(self._core.describe_transactions(list(transactional_ids))))
 
     def describe_producers(
-        self, partitions: Iterable[TopicPartition]
+        self, partitions: Iterable[TopicPartition], *, broker_id: int | None = None
     ) -> dict[TopicPartition, list[ProducerState]]:
-        return dict(self._run(self._core.describe_producers(list(partitions))))
+        """Each partition's producers, from its leader or the replica on ``broker_id``."""
+        return dict(self._run(self._core.describe_producers(list(partitions),
+                                                            broker_id=broker_id)))
 
     def find_hanging_transactions(
         self, partitions: Sequence[TopicPartition], *, max_timeout_ms: int, now_ms: int

@@ -67,6 +67,10 @@ class ConsumerGroupDescription:
     state: str
     protocol_type: str
     members: tuple[MemberDescription, ...]
+    # The group's protocol: for consumers the partition assignor ("range", ...), "" when
+    # no generation is running; and the node id of its coordinator (-1: not known).
+    assignment_strategy: str = ""
+    coordinator_id: int = -1
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,7 @@ class GroupsAdmin(AdminBase):
             out[group_id] = ConsumerGroupDescription(
                 group_id, described.group_state, described.protocol_type,
                 tuple(_member(m) for m in described.members),
+                described.protocol_data, node,
             )
         return out
 

@@ -139,13 +139,17 @@ class TransactionsAdmin(AdminBase):
         return out
 
     async def describe_producers(
-        self, partitions: Iterable[TopicPartition]
+        self, partitions: Iterable[TopicPartition], *, broker_id: int | None = None
     ) -> dict[TopicPartition, list[ProducerState]]:
+        """The producers each partition's leader (or, with ``broker_id``, that broker's
+        replica) remembers (DescribeProducers)."""
         tps = [TopicPartition(*tp) for tp in partitions]
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
         for tp in tps:
             await self.client.topic_info(tp.topic)
-            by_leader[self.client.leader_for(tp.topic, tp.partition)].append(tp)
+            node = (self.client.leader_for(tp.topic, tp.partition) if broker_id is None
+                    else broker_id)
+            by_leader[node].append(tp)
         out: dict[TopicPartition, list[ProducerState]] = {}
         for leader, items in by_leader.items():
             by_topic: dict[str, list[int]] = defaultdict(list)
