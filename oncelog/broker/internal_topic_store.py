@@ -8,7 +8,8 @@ ends); replays read everything from the log start to the log end (as Kafka's coo
 load up to the log end offset: a new leader's high watermark may still lag records the old
 leader had acknowledged; on one node both are the same), open and aborted transactions and
 markers included, because the coordinators rebuild their own view of pending and decided
-state.
+state. ``high_watermark`` tells the transaction coordinator when the in-sync replicas hold
+all it replayed (it serves a loaded partition only then).
 
 In cluster mode a write is Kafka's appendRecords with ``requiredAcks=-1``: ``append``
 refuses it with NOT_ENOUGH_REPLICAS when the ISR is already below the topic's
@@ -121,6 +122,12 @@ class InternalTopicStore:
         if target.config.flush_messages <= 1:
             target.flush()
         return result.last_offset + 1
+
+    def log_end_offset(self, partition: int) -> int:
+        return self.registry.get(self.topic, partition).log_end_offset
+
+    def high_watermark(self, partition: int) -> int:
+        return self.registry.get(self.topic, partition).high_watermark
 
     def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         for record in self.read_records(partition):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
@@ -72,6 +73,20 @@ _S = TransactionState
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 MAX_TRANSACTION_VERSION = 2
 
+# A loaded partition waits for the in-sync replicas in rounds of this long (and after a
+# failed round, e.g. before the replica has taken its leadership, this much longer).
+LOAD_ISR_WAIT_MS = 5000
+LOAD_ISR_RETRY_S = 0.1
+
+
+@dataclass(frozen=True, eq=False)
+class _PendingLoad:
+    """A replayed partition waiting for the in-sync replicas to hold all of it."""
+
+    coordinator_epoch: int
+    loaded: dict[str, TransactionMetadata]
+    end: int
+
 
 class TransactionCoordinator:
     def __init__(
@@ -102,6 +117,9 @@ class TransactionCoordinator:
         self._max_timeout_ms = int(config["transaction.max.timeout.ms"])
         self._two_phase_commit_enabled = bool(config["transaction.two.phase.commit.enable"])
         self._running = asyncio.Event()
+        self._tasks: asyncio.TaskGroup | None = None
+        self._pending_loads: dict[int, _PendingLoad] = {}
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
         self._timed_out_aborts = 0
         self._transaction_version = int(config["transaction.version"])
         # Clients keep the features of the highest epoch they saw: the start time moves it
@@ -164,22 +182,75 @@ class TransactionCoordinator:
         self._state.begin_loading(partition)
 
     def load_partition(self, partition: int, coordinator_epoch: int) -> int:
-        """Own ``partition`` at ``coordinator_epoch`` (its leader epoch): replay it and
-        resume the markers of every transaction it has in PrepareCommit/PrepareAbort."""
+        """Own ``partition`` at ``coordinator_epoch`` (its leader epoch): replay it to its
+        log end and, once the in-sync replicas hold all of it, serve its ids and resume the
+        markers of every transaction it has in PrepareCommit/PrepareAbort. Until then its
+        ids answer COORDINATOR_LOAD_IN_PROGRESS: the log may end with records only this
+        replica has (an append whose ISR wait failed when this broker was fenced, and that
+        it leads again at the same epoch), which the next leader may lack; a decision taken
+        on one (an AddPartitionsToTxn or a produce verified against an Ongoing record, the
+        markers of a PrepareCommit) would outlive it. Kafka's TransactionStateManager loads
+        to the log end as well and serves at once; waiting closes the window in which such a
+        tail is lost with the leadership."""
         if partition in self._state.owned_partitions():
             self.unload_partition(partition)  # an older epoch's markers stop first
-        return self._state.load_partition(partition, coordinator_epoch, self._channel.start)
+        self._forget_pending_load(partition)
+        loaded, end = self._state.replay_partition(partition)
+        if self._state.in_sync(partition, end):
+            return self._state.install_partition(
+                partition, coordinator_epoch, loaded, self._channel.start
+            )
+        logger.info(
+            "%s-%d replayed to offset %d at coordinator epoch %d (%d transactional ids); "
+            "served once the in-sync replicas hold it", TRANSACTION_STATE_TOPIC, partition,
+            end, coordinator_epoch, len(loaded),
+        )
+        pending = _PendingLoad(coordinator_epoch, loaded, end)
+        self._pending_loads[partition] = pending
+        if self._tasks is not None:
+            self._start_pending_load(partition, pending)
+        return len(loaded)
+
+    def _start_pending_load(self, partition: int, pending: _PendingLoad) -> None:
+        assert self._tasks is not None
+        self._load_tasks[partition] = self._tasks.create_task(
+            self._install_when_in_sync(partition, pending),
+            name=f"txn-load-{TRANSACTION_STATE_TOPIC}-{partition}",
+        )
+
+    async def _install_when_in_sync(self, partition: int, pending: _PendingLoad) -> None:
+        while self._pending_loads.get(partition) is pending:
+            if self._state.in_sync(partition, pending.end):
+                del self._pending_loads[partition]
+                self._load_tasks.pop(partition, None)
+                self._state.install_partition(
+                    partition, pending.coordinator_epoch, pending.loaded, self._channel.start
+                )
+                return
+            code = await self._state.wait_in_sync(partition, pending.end, LOAD_ISR_WAIT_MS)
+            if code is not ErrorCode.none and not self._state.in_sync(partition, pending.end):
+                await self._sleep(LOAD_ISR_RETRY_S)
+
+    def _forget_pending_load(self, partition: int) -> None:
+        self._pending_loads.pop(partition, None)
+        task = self._load_tasks.pop(partition, None)
+        if task is not None and not task.done():
+            task.cancel()
 
     def unload_partition(self, partition: int) -> int:
         """Another broker leads ``partition`` now: forget its ids and stop their markers
         (later requests for them answer NOT_COORDINATOR)."""
+        self._forget_pending_load(partition)
         removed = self._state.unload_partition(partition)
         self._channel.stop(removed)
         return len(removed)
 
     def owned_partitions(self) -> dict[int, int]:
-        """The ``__transaction_state`` partitions loaded here, with their coordinator epochs."""
-        return self._state.owned_partitions()
+        """The ``__transaction_state`` partitions loaded here (or replayed and waiting for
+        the in-sync replicas), with their coordinator epochs."""
+        owned = self._state.owned_partitions()
+        owned.update((p, pending.coordinator_epoch) for p, pending in self._pending_loads.items())
+        return owned
 
     def _new_producer_id(self) -> int:
         try:
@@ -477,12 +548,16 @@ class TransactionCoordinator:
         broker's TaskGroup after ``load()``."""
         async with asyncio.TaskGroup() as tasks:
             self._channel.attach(tasks)
+            self._tasks = tasks
+            for partition, pending in sorted(self._pending_loads.items()):
+                self._start_pending_load(partition, pending)
             try:
                 self._running.set()
                 await self._state.run_sweeps(self.abort_timed_out_transactions, self._sleep)
             finally:
                 self._running.clear()
                 self._channel.detach()
+                self._tasks = None
 
     async def wait_running(self) -> None:
         await self._running.wait()

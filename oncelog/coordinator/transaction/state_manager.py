@@ -7,14 +7,16 @@ the log appends (prepare -> durable append -> wait for the in-sync replicas -> c
 transition prepared by ``metadata.py`` is applied only once the ISR has it; a failed append
 or wait cancels it and is translated, in one place, into the error a transactional client
 understands), loading the
-cache from the log after a restart or on becoming leader of a partition (and dropping a
-partition's ids when another broker takes it over), the list of transactions for
+cache from the log after a restart or on becoming leader of a partition (replayed to the log
+end, installed once the in-sync replicas hold what was read: the same rule for what was
+loaded as for what is appended; dropping a partition's ids when another broker takes it
+over), the list of transactions for
 ListTransactions, and the two sweeps' halves that concern the cache: which transactions
 have timed out, and forgetting idle transactional ids (tombstones first, then the cache).
 
-Sans-IO apart from the store it is given: ``apply`` awaits only the store's ISR wait (which
-does not suspend on a single node), ``run_sweeps`` the injected ``sleep`` and the sweep; the
-clock is injected.
+Sans-IO apart from the store it is given: ``apply`` and ``wait_in_sync`` await only the
+store's ISR wait (which does not suspend on a single node), ``run_sweeps`` the injected
+``sleep`` and the sweep; the clock is injected.
 """
 
 from __future__ import annotations
@@ -214,15 +216,23 @@ class TransactionStateManager:
     def load_partition(
         self, partition: int, coordinator_epoch: int, on_prepared: Callable[[str], None]
     ) -> int:
-        """Rebuild the ids of one ``__transaction_state`` partition from its log (last
-        record per id wins, a tombstone removes it) and own it at ``coordinator_epoch``
-        (Kafka's loadTransactionsForTxnTopicPartition). ``on_prepared`` is called for every
-        transaction found in PrepareCommit/PrepareAbort, whose markers must be written again
-        with the new epoch. Ids the partition held before (an older load) are replaced."""
+        """Replay one ``__transaction_state`` partition and own it at once: a single node,
+        whose log is all its own (a cluster coordinator first waits for the in-sync
+        replicas, ``TransactionCoordinator.load_partition``)."""
+        loaded, _ = self.replay_partition(partition)
+        return self.install_partition(partition, coordinator_epoch, loaded, on_prepared)
+
+    def replay_partition(self, partition: int) -> tuple[dict[str, TransactionMetadata], int]:
+        """Rebuild the ids of one ``__transaction_state`` partition from its log, to the log
+        end (last record per id wins, a tombstone removes it; Kafka's
+        loadTransactionMetadata): the ids, and the offset the in-sync replicas must reach
+        before anything is decided on them. The partition's ids answer
+        COORDINATOR_LOAD_IN_PROGRESS until ``install_partition``."""
         self._check_partition(partition)
         self._loaded = True
         self._loading.add(partition)
         try:
+            end = self._store.log_end_offset(partition)
             loaded: dict[str, TransactionMetadata] = {}
             for key, value in self._store.read(partition):
                 transactional_id = decode_key(key)
@@ -236,8 +246,33 @@ class TransactionStateManager:
                     loaded[transactional_id] = TransactionMetadata.from_transit(
                         transactional_id, transit
                     )
-        finally:
+        except BaseException:
             self._loading.discard(partition)
+            raise
+        return loaded, end
+
+    def in_sync(self, partition: int, end: int) -> bool:
+        """Whether the in-sync replicas hold the partition's log up to ``end``."""
+        return self._store.high_watermark(partition) >= end
+
+    async def wait_in_sync(self, partition: int, end: int, timeout_ms: int) -> ErrorCode:
+        """Wait until the in-sync replicas hold the partition up to ``end`` (or an error:
+        the store's ISR wait timed out, the leadership moved, ...)."""
+        return await self._store.wait_for_isr(partition, end, timeout_ms)
+
+    def install_partition(
+        self,
+        partition: int,
+        coordinator_epoch: int,
+        loaded: dict[str, TransactionMetadata],
+        on_prepared: Callable[[str], None],
+    ) -> int:
+        """Own the partition at ``coordinator_epoch`` with the ids ``replay_partition``
+        read (Kafka's loadTransactionsForTxnTopicPartition). ``on_prepared`` is called for
+        every transaction found in PrepareCommit/PrepareAbort, whose markers must be
+        written again with the new epoch. Ids the partition held before (an older load)
+        are replaced."""
+        self._loading.discard(partition)
         self._drop_ids_of(partition)
         self._cache.update(loaded)
         self._owned[partition] = coordinator_epoch

@@ -7,7 +7,9 @@ the local log (durable when it returns; it raises NOT_ENOUGH_REPLICAS when the i
 replicas are already fewer than the topic's ``min.insync.replicas``), and
 ``wait_for_isr`` waits until the in-sync replicas have them too (the high watermark passed
 them). On a single node there is nothing to wait for and ``wait_for_isr`` returns at once,
-without suspending.
+without suspending. ``high_watermark`` and ``log_end_offset`` tell a coordinator that loads
+a partition whether all it read is held by the in-sync replicas (a leader's log may end
+with records that only it has, which a new leader may not have).
 """
 
 from __future__ import annotations
@@ -44,11 +46,21 @@ class TxnLogStore(Protocol):
         """Every record of the partition, oldest first (key, value; value None = tombstone)."""
         ...
 
+    def log_end_offset(self, partition: int) -> int:
+        """The offset after the last record of the local log."""
+        ...
+
+    def high_watermark(self, partition: int) -> int:
+        """The records below it are held by the in-sync replicas."""
+        ...
+
 
 class InMemoryTxnLogStore:
     """A TxnLogStore in memory. For tests: ``fail_next`` makes the next appends raise,
-    ``fail_acks`` makes the next ISR waits answer those errors, and ``hold_acks`` (an
-    unset event) keeps every ISR wait pending until it is set."""
+    ``fail_acks`` makes the next ISR waits answer those errors, ``hold_acks`` (an
+    unset event) keeps every ISR wait pending until it is set, and ``high_watermarks``
+    holds a partition's high watermark back (everything is in sync otherwise; an ISR wait
+    that succeeds moves it to the offset waited for)."""
 
     def __init__(self, num_partitions: int = 50) -> None:
         if num_partitions < 1:
@@ -58,6 +70,7 @@ class InMemoryTxnLogStore:
         self.fail_next: list[ErrorCode] = []
         self.fail_acks: list[ErrorCode] = []
         self.hold_acks: asyncio.Event | None = None
+        self.high_watermarks: dict[int, int] = {}
         self.appends = 0
         self.acks_waiting = 0
 
@@ -83,7 +96,20 @@ class InMemoryTxnLogStore:
                 await self.hold_acks.wait()
             finally:
                 self.acks_waiting -= 1
-        return self.fail_acks.pop(0) if self.fail_acks else ErrorCode.none
+        if self.fail_acks:
+            return self.fail_acks.pop(0)
+        held = self.high_watermarks.get(partition)
+        if held is not None:
+            reached = min(required_offset, len(self.partitions[partition]))
+            self.high_watermarks[partition] = max(held, reached)
+        return ErrorCode.none
 
     def read(self, partition: int) -> Iterable[Record]:
         return list(self.partitions[partition])
+
+    def log_end_offset(self, partition: int) -> int:
+        return len(self.partitions[partition])
+
+    def high_watermark(self, partition: int) -> int:
+        end = len(self.partitions[partition])
+        return min(self.high_watermarks.get(partition, end), end)
