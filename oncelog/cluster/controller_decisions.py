@@ -23,7 +23,9 @@ The rules are Kafka's:
   gives offline partitions a leader again when an ISR member comes back.
 - Brokers that restarted (``restarted``: the registration's broker epoch changed since the
   controller last saw it, so it went and came back between two reads — Kafka treats a new
-  broker epoch as a failure and a restart): what they had in their previous life may be
+  broker epoch as a failure and a restart; ``restarted_leaders``: a leader whose broker
+  epoch differs from the one recorded when it was made leader, which a new controller finds
+  in the partition states alone): what they had in their previous life may be
   gone (unflushed writes, a replaced disk), so they leave every ISR that keeps another
   member and lose their leaderships to another live ISR member; a partition with no other
   in-sync replica keeps it, with a new leader epoch (its followers truncate against it).
@@ -75,6 +77,7 @@ __all__ = [
     "new_topic",
     "preferred_leader_rebalance",
     "restarted",
+    "restarted_leaders",
     "usable_brokers",
 ]
 
@@ -208,12 +211,16 @@ def assign_added_partitions(
 
 
 def initial_states(
-    replicas: Sequence[Sequence[int]], controller_epoch: int, *, first_partition: int = 0
+    replicas: Sequence[Sequence[int]], controller_epoch: int, *, first_partition: int = 0,
+    image: MetadataImage | None = None,
 ) -> dict[int, PartitionState]:
-    """The first state of each new partition: the first replica leads, all are in sync."""
+    """The first state of each new partition: the first replica leads (with the broker
+    epoch of its registration in ``image``), all are in sync."""
+    brokers = {} if image is None else image.brokers
     return {
         first_partition + index: PartitionState(
-            leader=r[0], leader_epoch=0, isr=tuple(r), controller_epoch=controller_epoch
+            leader=r[0], leader_epoch=0, isr=tuple(r), controller_epoch=controller_epoch,
+            leader_broker_epoch=brokers[r[0]].epoch if r[0] in brokers else -1,
         )
         for index, r in enumerate(replicas)
     }
@@ -248,7 +255,7 @@ def new_topic(
         replicas=tuple(placed),
         configs=dict(configs or {}),
     )
-    return NewTopic(assignment, initial_states(placed, controller_epoch))
+    return NewTopic(assignment, initial_states(placed, controller_epoch, image=image))
 
 
 # -- elections --------------------------------------------------------------------------------
@@ -282,6 +289,17 @@ def _without(isr: Sequence[int], gone: Collection[int], keep: int) -> tuple[int,
     """``isr`` without ``gone``; if that empties it, ``keep`` (the last member) stays."""
     rest = tuple(r for r in isr if r not in gone)
     return rest or ((keep,) if keep != NO_LEADER else ())
+
+
+def _lead(
+    image: MetadataImage, state: PartitionState, leader: int, isr: tuple[int, ...],
+    controller_epoch: int,
+) -> PartitionState:
+    """``state`` with ``leader`` (or NO_LEADER) at a new leader epoch, recording the broker
+    epoch of the leader's registration."""
+    registration = image.brokers.get(leader)
+    return state.with_leader(leader, isr, controller_epoch,
+                             -1 if registration is None else registration.epoch)
 
 
 def _partitions(image: MetadataImage) -> Iterable[tuple[PartitionKey, VersionedPartitionState]]:
@@ -327,39 +345,56 @@ def _elect_offline(
     leader = _clean_leader(replicas, state.isr, image)
     if leader is not None:
         isr = tuple(r for r in state.isr if r in alive)
-        return state.with_leader(leader, isr, controller_epoch)
+        return _lead(image, state, leader, isr, controller_epoch)
     if _unclean_allowed(image, key[0], unclean_default):
         leader = _first(replicas, usable_brokers(image), alive)
         if leader is not None:
-            return state.with_leader(leader, (leader,), controller_epoch)
+            return _lead(image, state, leader, (leader,), controller_epoch)
     keep = state.leader if state.leader in state.isr or not state.isr else state.isr[0]
     isr = _without(state.isr, [r for r in state.isr if r not in alive], keep)
     if state.leader == NO_LEADER and isr == state.isr:
         return None
-    return state.with_leader(NO_LEADER, isr, controller_epoch)
+    return _lead(image, state, NO_LEADER, isr, controller_epoch)
 
 
 def restarted(
-    image: MetadataImage, node_ids: Collection[int], *, controller_epoch: int
+    image: MetadataImage, node_ids: Collection[int], *, controller_epoch: int,
+    leaders_only: bool = False,
 ) -> Changes:
-    """Partition changes for brokers that restarted (module docstring)."""
+    """Partition changes for brokers that restarted (module docstring); with
+    ``leaders_only`` only for the partitions they lead."""
     changes: Changes = {}
     for key, versioned in _partitions(image):
         state = versioned.state
         leads = state.leader in node_ids
-        if not leads and not any(r in node_ids for r in state.isr):
+        if not leads and (leaders_only or not any(r in node_ids for r in state.isr)):
             continue
         rest = tuple(r for r in state.isr if r not in node_ids)
         if leads:
             leader = _clean_leader(image.replicas(*key), rest, image)
-            new = (state.with_leader(leader, rest, controller_epoch) if leader is not None
-                   else state.with_leader(state.leader, state.isr, controller_epoch))
+            new = (_lead(image, state, leader, rest, controller_epoch) if leader is not None
+                   else _lead(image, state, state.leader, state.isr, controller_epoch))
         elif rest:
             new = state.with_isr(rest)
         else:
             continue  # the last ISR member stays, as for a broker that is gone
         changes[key] = PartitionChange(new, versioned.version)
     return changes
+
+
+def restarted_leaders(image: MetadataImage) -> set[int]:
+    """Brokers leading a partition under a broker epoch other than the one they have now:
+    they restarted (or registered again after a lost session) since they were made leader,
+    whether or not a controller saw them go. Read from the partition states alone, so a new
+    controller finds them too."""
+    found: set[int] = set()
+    for _, versioned in _partitions(image):
+        state = versioned.state
+        registration = image.brokers.get(state.leader)
+        if (registration is not None and state.leader_broker_epoch != -1
+                and state.leader_broker_epoch != registration.epoch):
+            found.add(state.leader)
+    return found
 
 
 def controlled_shutdown(
@@ -382,7 +417,7 @@ def controlled_shutdown(
                 still_led.append(key)
                 continue
             changes[key] = PartitionChange(
-                state.with_leader(leader, isr, controller_epoch), versioned.version
+                _lead(image, state, leader, isr, controller_epoch), versioned.version
             )
         elif isr:
             changes[key] = PartitionChange(state.with_isr(isr), versioned.version)
@@ -401,7 +436,7 @@ def _preferred_change(
     if preferred not in state.isr or preferred not in usable_brokers(image):
         return ErrorCode.preferred_leader_not_available
     return PartitionChange(
-        state.with_leader(preferred, state.isr, controller_epoch), versioned.version
+        _lead(image, state, preferred, state.isr, controller_epoch), versioned.version
     )
 
 

@@ -81,20 +81,25 @@ class PartitionState:
     ``leader`` is NO_LEADER (-1) while no eligible replica is alive. ``leader_epoch`` grows
     with every leader change (and every controlled move); ``partition_epoch`` with every
     change of this state. ``controller_epoch`` is the epoch of the controller that last
-    changed the leader."""
+    changed the leader. ``leader_broker_epoch`` is the broker epoch of the leader's
+    registration when it was made leader (-1: not recorded): a leader registered with
+    another one has restarted since, and the controller elects again with a new leader
+    epoch (a leader epoch never spans two lives of its leader)."""
 
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
     partition_epoch: int = 0
     controller_epoch: int = 0
+    leader_broker_epoch: int = -1
 
     def with_isr(self, isr: tuple[int, ...]) -> PartitionState:
         """The same leader with another ISR (a leader's shrink or expand)."""
         return replace(self, isr=isr, partition_epoch=self.partition_epoch + 1)
 
     def with_leader(
-        self, leader: int, isr: tuple[int, ...], controller_epoch: int
+        self, leader: int, isr: tuple[int, ...], controller_epoch: int,
+        leader_broker_epoch: int = -1,
     ) -> PartitionState:
         """A new leader (or none): the leader epoch moves on."""
         return PartitionState(
@@ -103,6 +108,7 @@ class PartitionState:
             isr=isr,
             partition_epoch=self.partition_epoch + 1,
             controller_epoch=controller_epoch,
+            leader_broker_epoch=leader_broker_epoch,
         )
 
 

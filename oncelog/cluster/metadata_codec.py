@@ -249,6 +249,7 @@ def encode_partition(state: PartitionState) -> bytes:
         "isr": list(state.isr),
         "partition_epoch": state.partition_epoch,
         "controller_epoch": state.controller_epoch,
+        "leader_broker_epoch": state.leader_broker_epoch,
     })
 
 
@@ -261,6 +262,9 @@ def decode_partition(data: bytes, key: str = "partition") -> PartitionState:
         isr=_ints(value["isr"], key, "isr"),
         partition_epoch=_int(value["partition_epoch"], key, "partition_epoch"),
         controller_epoch=_int(value["controller_epoch"], key, "controller_epoch"),
+        # absent from states written before it was recorded
+        leader_broker_epoch=_int(value.get("leader_broker_epoch", -1), key,
+                                 "leader_broker_epoch"),
     )
 
 

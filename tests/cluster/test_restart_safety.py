@@ -205,3 +205,30 @@ def test_preferred_election_after_a_restart_ends_in_sync(
         len(log_batches(cluster.brokers[node].data_dir, topic, index, 100)) == 1
         for index in range(3) for node in (1, 2, 3)), "the records on every replica")
     cluster.wait_until(_all_full, "every partition in sync")
+
+
+def test_a_leader_registered_again_leads_at_a_new_leader_epoch(
+    cluster_factory: ClusterFactory,
+) -> None:
+    """etcd pauses past every broker's session: each one is fenced and registers again
+    with a new broker epoch, and the controller role changes hands. No partition may then
+    be led at the leader epoch of its leader's previous life (what that life appended while
+    fenced may be missing elsewhere; Kafka bumps the leader epoch on every fence): the new
+    controller finds each such leader from the partition states and elects again."""
+    cluster = cluster_factory(3, REPLICATION_CONFIGS)
+    topic = create_topic(cluster, 3)
+    before = {(t, i): p.leader_epoch for t, parts in cluster.metadata().topics.items()
+              for i, p in parts.items()}
+    cluster.pause_etcd()
+    try:
+        _wait_for(lambda: all("session lost" in b.log_text(since_start=True)
+                              for b in cluster.brokers.values()), "every session lost")
+    finally:
+        cluster.resume_etcd()
+    cluster.wait_until(
+        lambda m: all(p.leader > 0 and p.leader_epoch > before[(t, i)]
+                      for t, parts in m.topics.items() for i, p in parts.items()),
+        "every partition led at a newer leader epoch", timeout=30)
+    cluster.wait_until(_all_full, "every partition in sync", timeout=30)
+    for index in range(3):
+        assert _produce(cluster.bootstrap, topic, [b"after"], index) == [None]

@@ -233,10 +233,12 @@ class Controller:
         brokers = self.image.brokers
         again = {n for n, reg in brokers.items()
                  if self._broker_epochs.get(n, reg.epoch) != reg.epoch}
-        if again:
+        stale = decide.restarted_leaders(self.image) - again
+        if again or stale:
             log.info("controller: broker(s) %s registered with a new broker epoch (restarted): "
-                     "out of the ISRs until caught up, leaderships moved", sorted(again))
-        changes = decide.restarted(self.image, again, controller_epoch=epoch)
+                     "out of the ISRs until caught up, leaderships moved", sorted(again | stale))
+        changes = decide.restarted(self.image, stale, controller_epoch=epoch, leaders_only=True)
+        changes.update(decide.restarted(self.image, again, controller_epoch=epoch))
         written = await self._write(changes, "broker restarted")
         if written != set(changes):
             return  # decided again from the next image

@@ -158,7 +158,8 @@ class StoreTopicAdmin:
                 assignment, added, decide.usable_brokers(self._image)))
         if validate_only:
             return
-        states = decide.initial_states(placed, self._controller_epoch(), first_partition=current)
+        states = decide.initial_states(placed, self._controller_epoch(), first_partition=current,
+                                       image=self._image)
         for index, state in sorted(states.items()):
             await self._store.compare_and_set_partition(name, index, state, 0)
         grown = TopicAssignment(name, assignment.topic_id, assignment.replicas + tuple(placed),

@@ -23,6 +23,7 @@ from oncelog.cluster.controller_decisions import (
     new_topic,
     preferred_leader_rebalance,
     restarted,
+    restarted_leaders,
 )
 from oncelog.cluster.metadata import (
     NO_LEADER,
@@ -397,3 +398,28 @@ def test_a_restarted_broker_leaves_the_isrs_and_its_leaderships() -> None:
     assert changes[("u", 0)].expected_version == 2
     assert ("t", 2) not in changes
     assert restarted(image, set(), controller_epoch=CE) == {}
+
+
+def test_a_leader_registered_again_since_its_election_is_found_from_the_states() -> None:
+    """A leader whose registration's broker epoch is not the one recorded when it was made
+    leader restarted since (a lost session, or a kill -9 no controller saw): a controller
+    that never saw it go finds it from the partition states and elects again, moving only
+    the leadership, at a new leader epoch recording the new leader's broker epoch."""
+    image = image_of([1, 2, 3], {"t": [(1, 2, 3), (2, 1, 3)]}, {
+        ("t", 0): PartitionState(1, 4, (1, 2, 3), leader_broker_epoch=10),
+        ("t", 1): PartitionState(2, 2, (2, 1, 3), leader_broker_epoch=20),
+    })
+    image.brokers[1] = BrokerRegistration(1, "127.0.0.1", 9001, epoch=15)
+    image.brokers[2] = BrokerRegistration(2, "127.0.0.1", 9002, epoch=20)
+    image.brokers[3] = BrokerRegistration(3, "127.0.0.1", 9003, epoch=30)
+    assert restarted_leaders(image) == {1}
+    changes = restarted(image, {1}, controller_epoch=CE, leaders_only=True)
+    assert set(changes) == {("t", 0)}
+    moved = changes[("t", 0)].state
+    assert (moved.leader, moved.leader_epoch, moved.isr, moved.leader_broker_epoch) == (
+        2, 5, (2, 3), 20)
+    image.partitions[("t", 0)] = VersionedPartitionState(moved, 2)
+    assert restarted_leaders(image) == set()
+    # unrecorded (-1, states from before) is never taken for a restart
+    image.partitions[("t", 1)] = VersionedPartitionState(PartitionState(2, 2, (2, 1, 3)), 2)
+    assert restarted_leaders(image) == set()

@@ -42,6 +42,7 @@ brokers = st.builds(
 states = st.builds(
     PartitionState, leader=epochs, leader_epoch=epochs,
     isr=st.lists(ids, max_size=5).map(tuple), partition_epoch=epochs, controller_epoch=epochs,
+    leader_broker_epoch=st.integers(-1, 2**40),
 )
 topics = st.builds(
     TopicAssignment, name=topic_names, topic_id=st.uuids(),
@@ -71,9 +72,14 @@ def test_controller_round_trip(node_id: int, epoch: int) -> None:
 
 
 def test_golden_values() -> None:
-    assert encode_partition(PartitionState(2, 5, (2, 1), 7, 3)) == (
-        b'{"controller_epoch":3,"isr":[2,1],"leader":2,"leader_epoch":5,"partition_epoch":7}'
+    assert encode_partition(PartitionState(2, 5, (2, 1), 7, 3, 40)) == (
+        b'{"controller_epoch":3,"isr":[2,1],"leader":2,"leader_broker_epoch":40,'
+        b'"leader_epoch":5,"partition_epoch":7}'
     )
+    # a state written before the leader's broker epoch was recorded
+    assert decode_partition(
+        b'{"controller_epoch":3,"isr":[2,1],"leader":2,"leader_epoch":5,"partition_epoch":7}'
+    ) == PartitionState(2, 5, (2, 1), 7, 3, -1)
     assert KEYS.partition("a.b", 3) == b"/oncelog/partitions/a.b/3"
     assert KEYS.partitions_of("a") == b"/oncelog/partitions/a/"
     assert KEYS.broker(7) == b"/oncelog/brokers/7"
