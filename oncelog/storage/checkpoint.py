@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncelog.storage.files import atomic_write, fsync_directory, tmp_path
+from oncelog.storage.files import atomic_write, fsync_directory, read_atomic_text
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -63,11 +63,8 @@ def write_checkpoint(directory: Path, checkpoint: LogCheckpoint) -> None:
 def read_checkpoint(directory: Path) -> LogCheckpoint | None:
     """The checkpoint, or None when it is missing or unreadable (logged)."""
     path = directory / CHECKPOINT_FILE
-    tmp = tmp_path(path)
-    if tmp.exists():  # a write that never reached its rename
-        tmp.unlink()
     try:
-        text = path.read_text("ascii")
+        text = read_atomic_text(path)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:

@@ -42,3 +42,13 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_directory(path.parent)
+
+
+def read_atomic_text(path: Path) -> str:
+    """The text of a file written with ``atomic_write``, first removing a temporary file
+    left by a write that never reached its rename. FileNotFoundError when there is none;
+    OSError or UnicodeDecodeError when it cannot be read (callers log and ignore it)."""
+    tmp = tmp_path(path)
+    if tmp.exists():
+        tmp.unlink()
+    return path.read_text("ascii")

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from oncelog.storage.files import atomic_write, tmp_path
+from oncelog.storage.files import atomic_write, read_atomic_text
 
 __all__ = ["HIGH_WATERMARK_FILE", "read_offsets", "write_offsets"]
 
@@ -39,11 +39,8 @@ def write_offsets(path: Path, offsets: Offsets) -> None:
 
 def read_offsets(path: Path) -> dict[tuple[str, int], int]:
     """The entries of the file at ``path``; empty when it is missing or damaged."""
-    tmp = tmp_path(path)
-    if tmp.exists():  # a write that never reached its rename
-        tmp.unlink()
     try:
-        text = path.read_text("ascii")
+        text = read_atomic_text(path)
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
