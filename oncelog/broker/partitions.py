@@ -293,6 +293,7 @@ class PartitionRegistry:
         partition = self._partitions.pop((topic, index), None)
         if partition is None:
             return None
+        self._checkpointed_hw.pop((topic, index), None)
         partition.wake_waiters()
         with contextlib.suppress(OSError):  # an offline log: the rmtree below is the fallback
             partition.raw_log.delete() if delete else partition.raw_log.close()
