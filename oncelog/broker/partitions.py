@@ -98,7 +98,7 @@ class PartitionRegistry:
         # a pass over it: oncelog.broker.log_cleaner).
         self.before_log_change: Callable[[Partition], None] = _nothing
         # Cluster mode: the high watermarks read from the log directories' checkpoints at
-        # load (replicas opened later start from them) and kept for partitions offline.
+        # load (replicas opened later start from them).
         self._checkpointed_hw: dict[tuple[str, int], int] = {}
         self._checkpoint_lock = threading.Lock()
 
@@ -419,17 +419,10 @@ class PartitionRegistry:
 
     def high_watermarks(self) -> dict[Path, dict[tuple[str, int], int]]:
         """Cluster mode: each log directory's high watermarks as they are now (an offline
-        partition keeps its last checkpointed one), for ``write_high_watermarks``."""
+        partition's is the last one it had in memory), for ``write_high_watermarks``."""
         by_dir: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
         for key, partition in self._partitions.items():
-            try:
-                hw = partition.high_watermark
-            except KafkaError:
-                if key not in self._checkpointed_hw:
-                    continue
-                hw = self._checkpointed_hw[key]
-            self._checkpointed_hw[key] = hw
-            by_dir.setdefault(partition.log_dir, {})[key] = hw
+            by_dir.setdefault(partition.log_dir, {})[key] = partition.high_watermark
         return by_dir
 
     def write_high_watermarks(

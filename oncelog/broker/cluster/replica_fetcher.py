@@ -362,15 +362,13 @@ class ReplicaFetcher:
             if followed is None or expected != (followed.state.fetch_offset,
                                                 followed.state.leader_epoch):
                 continue
-            end, start = ends.get(key), starts.get(key)
-            if isinstance(end, ErrorCode) or isinstance(start, ErrorCode) or None in (
-                    end, start):
-                code = next((c for c in (end, start) if isinstance(c, ErrorCode)),
-                            ErrorCode.unknown_server_error)
-                self._on_error(followed, code, "ListOffsets")
+            missing = ErrorCode.unknown_server_error  # the leader did not answer for it
+            end, start = ends.get(key, missing), starts.get(key, missing)
+            failed = next((c for c in (end, start) if isinstance(c, ErrorCode)), None)
+            if failed is not None:
+                self._on_error(followed, failed, "ListOffsets")
                 continue
-            assert isinstance(end, int) and isinstance(start, int)
-            self._apply_reset(followed, end, start)
+            self._apply_reset(followed, int(end), int(start))
 
     async def _leader_offsets(
         self, connection: BrokerConnection, sent: dict[tuple[str, int], tuple[int, int]],
